@@ -1,0 +1,211 @@
+"""Scaled dot-product attention, the operation every head runs (Part 5).
+
+    Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V      (Vaswani et al. 2017, §3.2.1)
+
+Two paths give the same numbers:
+
+* the explicit path builds the (T, S) weights table, so you can look at it;
+* the fused path (``need_weights=False``) hands the work to
+  ``torch.nn.functional.scaled_dot_product_attention``, which picks a flash or
+  memory-efficient kernel and never builds that table.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import torch
+import torch.nn.functional as F
+
+from .masks import as_keep_mask, causal_mask, check_broadcast
+
+# F.scaled_dot_product_attention shares K/V heads itself from torch 2.5 on.
+NATIVE_GQA = torch.torch_version.TorchVersion(torch.__version__) >= (2, 5)
+
+_HALF = (torch.float16, torch.bfloat16)
+
+
+def scaled_dot_product_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    *,
+    is_causal: bool = False,
+    scale: float | None = None,
+    dropout_p: float = 0.0,
+    need_weights: bool = True,
+    enable_gqa: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """softmax(q k^T * scale) v, with masks in the library's keep convention.
+
+    Shapes (any leading dims ``...`` that broadcast):
+        q (..., T, d_k), k (..., S, d_k), v (..., S, d_v)
+        -> out (..., T, d_v), weights (..., T, S).
+
+    Args:
+        q, k, v: floating tensors of one dtype, on one device.
+        mask: keep-mask (True/1 = may attend, False/0 = blocked) that
+            broadcasts to (..., T, S); bool, integer or float 0/1. It is moved
+            to q's device.
+        is_causal: query i may attend to keys up to position i, aligned
+            bottom-right: with T < S the queries are the last T positions
+            (decoding against cached keys). Combines with ``mask`` (both must
+            allow a key).
+        scale: multiplies the scores; default ``1 / sqrt(d_k)``.
+        dropout_p: probability of zeroing an attention weight. Applied
+            whenever it is > 0: the caller decides (a module passes 0 in eval).
+        need_weights: False takes the fused path through
+            ``F.scaled_dot_product_attention`` and returns ``weights=None``.
+        enable_gqa: grouped-query attention: k and v have g heads in dim -3,
+            q has h, and g divides h. Query head i uses K/V head i // (h/g).
+
+    Returns:
+        ``(out, weights)``. Without dropout each row of ``weights`` sums to 1,
+        except a query whose keys are all blocked: its weights and its output
+        are zero (never NaN, in the forward pass or in gradients).
+        float16/bfloat16 inputs compute scores and softmax in float32, so
+        large logits stay finite; out and weights come back in q's dtype.
+
+    Raises:
+        TypeError: an input is not a floating tensor, or dtypes differ.
+        ValueError: shapes don't fit together (names them), the mask does not
+            broadcast or is not 0/1, or dropout_p is outside [0, 1).
+
+    See the PyTorch doc of ``torch.nn.functional.scaled_dot_product_attention``;
+    its boolean masks use the same convention, but its float masks are
+    additive and its ``is_causal`` aligns top-left.
+    """
+    _check_qkv(q, k, v, dropout_p, enable_gqa)
+    T, S = q.size(-2), k.size(-2)
+    scale = 1.0 / math.sqrt(q.size(-1)) if scale is None else scale
+
+    keep = _combine_masks(mask, is_causal, q, k, v, enable_gqa)
+    has_key = None
+    if keep is not None:
+        # A query with no allowed key would softmax over only -inf and give NaN.
+        # Let such rows attend everywhere (finite maths), then zero them below.
+        has_key = keep.any(dim=-1, keepdim=True)  # (..., T, 1)
+        if bool(has_key.all()):
+            has_key = None
+        else:
+            keep = keep | ~has_key
+
+    if need_weights:
+        out, weights = _explicit(q, k, v, keep, scale, dropout_p, enable_gqa)
+        if has_key is not None:
+            weights = weights * has_key
+    else:
+        # Plain causal self-attention needs no mask tensor: the kernel does it.
+        plain_causal = is_causal and mask is None and T == S
+        out = _fused(q, k, v, None if plain_causal else keep, plain_causal, scale, dropout_p, enable_gqa)
+        weights = None
+    if has_key is not None:
+        out = out * has_key
+    return out, weights
+
+
+def _check_qkv(q, k, v, dropout_p, enable_gqa):
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if not t.is_floating_point():
+            raise TypeError(f"{name} must be a floating tensor, got {t.dtype}")
+        if t.dim() < 2:
+            raise ValueError(f"{name} must be at least 2-D (..., length, dim), got shape {tuple(t.shape)}")
+    if not q.dtype == k.dtype == v.dtype:
+        raise TypeError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if not q.device == k.device == v.device:
+        raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
+    if q.size(-1) != k.size(-1):
+        raise ValueError(
+            f"q and k need the same last dim d_k, got q {tuple(q.shape)} and k {tuple(k.shape)}"
+        )
+    if k.size(-2) != v.size(-2):
+        raise ValueError(
+            f"k and v need the same length S (dim -2), got k {tuple(k.shape)} and v {tuple(v.shape)}"
+        )
+    if enable_gqa:
+        if q.dim() < 3 or k.dim() < 3 or k.shape != v.shape[:-1] + k.shape[-1:]:
+            raise ValueError(
+                f"enable_gqa needs q (..., h, T, d_k) and k, v (..., g, S, d), got "
+                f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
+            )
+        if q.size(-3) % k.size(-3):
+            raise ValueError(
+                f"enable_gqa needs the K/V heads g={k.size(-3)} to divide the query heads h={q.size(-3)}"
+            )
+    else:
+        try:
+            torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+        except RuntimeError:
+            raise ValueError(
+                f"leading dims of q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} "
+                "do not broadcast (for fewer K/V heads than query heads pass enable_gqa=True)"
+            ) from None
+    check_dropout(dropout_p)
+
+
+def check_dropout(p) -> None:
+    """Raise unless ``p`` is a real number in [0, 1)."""
+    if isinstance(p, bool) or not isinstance(p, numbers.Real):
+        raise TypeError(f"dropout must be a number in [0, 1), got {p!r}")
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"dropout must be in [0, 1), got {p}")
+
+
+def _combine_masks(mask, is_causal, q, k, v, enable_gqa):
+    """The keep-mask that both paths use, or None when nothing is blocked."""
+    T, S = q.size(-2), k.size(-2)
+    if enable_gqa:  # the scores have q's head count
+        batch = torch.broadcast_shapes(q.shape[:-3], k.shape[:-3]) + q.shape[-3:-2]
+    else:
+        batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    keep = None
+    if mask is not None:
+        keep = as_keep_mask(mask, device=q.device)
+        check_broadcast(keep, (*batch, T, S), "(..., T, S) =")
+    if is_causal:
+        causal = causal_mask(T, S, device=q.device)  # (T, S)
+        keep = causal if keep is None else keep & causal
+    return keep
+
+
+def _explicit(q, k, v, keep, scale, dropout_p, enable_gqa):
+    if enable_gqa:
+        return _explicit_grouped(q, k, v, keep, scale, dropout_p)
+    # Half precision: 65504 is float16's largest value, so scores and softmax run in float32.
+    work = torch.float32 if q.dtype in _HALF else q.dtype
+    scores = (q.to(work) * scale) @ k.to(work).transpose(-2, -1)  # (..., T, S)
+    if keep is not None:
+        scores = scores.masked_fill(~keep, float("-inf"))
+    weights = torch.softmax(scores, dim=-1).to(q.dtype)  # (..., T, S), rows sum to 1
+    if dropout_p > 0:
+        weights = F.dropout(weights, p=dropout_p)
+    return weights @ v, weights  # (..., T, d_v), (..., T, S)
+
+
+def _explicit_grouped(q, k, v, keep, scale, dropout_p):
+    # View the h query heads as g groups of r, so each group broadcasts against
+    # its one K/V head: no copy of K or V is made.
+    h, g = q.size(-3), k.size(-3)
+    r = h // g
+    q = q.unflatten(-3, (g, r))  # (..., g, r, T, d_k)
+    k, v = k.unsqueeze(-3), v.unsqueeze(-3)  # (..., g, 1, S, d)
+    if keep is not None and keep.dim() >= 3:
+        keep = keep.unflatten(-3, (g, r)) if keep.size(-3) == h else keep.unsqueeze(-3)
+    out, weights = _explicit(q, k, v, keep, scale, dropout_p, enable_gqa=False)
+    return out.flatten(-4, -3), weights.flatten(-4, -3)  # (..., h, T, d_v), (..., h, T, S)
+
+
+def _fused(q, k, v, keep, is_causal, scale, dropout_p, enable_gqa):
+    kwargs = {}
+    if enable_gqa and NATIVE_GQA:
+        kwargs["enable_gqa"] = True
+    elif enable_gqa:  # older torch: give every query head its own copy of K and V
+        r = q.size(-3) // k.size(-3)
+        k, v = k.repeat_interleave(r, dim=-3), v.repeat_interleave(r, dim=-3)
+    return F.scaled_dot_product_attention(
+        q, k, v, attn_mask=keep, dropout_p=dropout_p, is_causal=is_causal, scale=scale, **kwargs
+    )

@@ -1,0 +1,60 @@
+"""A key/value cache for incremental (token-by-token) decoding."""
+
+from __future__ import annotations
+
+import torch
+
+
+class KVCache:
+    """Keeps the keys and values of the tokens seen so far, for one attention layer.
+
+    Decoding one token at a time, the keys and values of earlier tokens never
+    change, so recomputing them at every step is wasted work. Pass one cache
+    per layer as ``MultiHeadAttention.forward(x, cache=cache)``: each call
+    appends the new tokens' K and V, and its queries attend to everything
+    cached plus themselves (causally, aligned bottom-right).
+
+    Shapes: ``k`` and ``v`` are (B, n_kv_heads, S, d_k), S = tokens so far.
+    They live on the device and in the dtype of the first update.
+    """
+
+    def __init__(self) -> None:
+        self.k: torch.Tensor | None = None
+        self.v: torch.Tensor | None = None
+
+    def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Append new (B, n_kv_heads, T_new, d_k) keys and values; return all of them.
+
+        Raises:
+            ValueError: the new keys don't match the cached batch, heads or width.
+        """
+        if self.k is None:
+            self.k, self.v = k, v
+        else:
+            if k.shape[:2] != self.k.shape[:2] or k.shape[-1] != self.k.shape[-1]:
+                raise ValueError(
+                    f"new keys {tuple(k.shape)} don't fit the cache {tuple(self.k.shape)}: "
+                    "batch, heads and d_k must match (use a fresh KVCache for a new batch)"
+                )
+            self.k = torch.cat([self.k, k], dim=-2)  # (B, g, S + T_new, d_k)
+            self.v = torch.cat([self.v, v], dim=-2)
+        return self.k, self.v
+
+    def __len__(self) -> int:
+        """Number of cached positions S."""
+        return 0 if self.k is None else self.k.size(-2)
+
+    @property
+    def nbytes(self) -> int:
+        """Memory held by the cached keys and values, in bytes."""
+        if self.k is None:
+            return 0
+        return self.k.numel() * self.k.element_size() + self.v.numel() * self.v.element_size()
+
+    def reset(self) -> None:
+        """Forget every cached position."""
+        self.k = self.v = None
+
+    def __repr__(self) -> str:
+        shape = None if self.k is None else tuple(self.k.shape)
+        return f"KVCache(len={len(self)}, k_shape={shape}, nbytes={self.nbytes})"

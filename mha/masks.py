@@ -1,0 +1,189 @@
+"""Keep-masks: build them, check them, and convert them for PyTorch.
+
+Every mask in this library is a *keep-mask*: True (or 1) means "this query may
+attend to this key", False (or 0) means "blocked". The convention, and how it
+differs from PyTorch's, is written out in the README ("The mask convention").
+"""
+
+from __future__ import annotations
+
+import torch
+
+_CONVENTION = (
+    "mha masks are keep-masks: True or 1 = this query may attend to this key, "
+    "False or 0 = blocked"
+)
+
+
+def as_keep_mask(mask: torch.Tensor, device: torch.device | str | None = None) -> torch.Tensor:
+    """Check a keep-mask and return it as a bool tensor on ``device``.
+
+    Args:
+        mask: bool, integer or floating tensor of any shape. Integer and float
+            masks may hold only 0 and 1.
+        device: where the mask is used (normally q's device); None keeps it
+            where it is.
+
+    Returns:
+        A bool tensor of the same shape, True = may attend.
+
+    Raises:
+        TypeError: ``mask`` is not a tensor, or is complex.
+        ValueError: an integer or float mask holds values other than 0 and 1.
+            An additive float mask (0 = attend, -inf = blocked, the style of
+            ``F.scaled_dot_product_attention``'s float masks) lands here: it is
+            never reinterpreted silently. Convert it with ``additive == 0``.
+    """
+    if not isinstance(mask, torch.Tensor):
+        raise TypeError(f"mask must be a torch.Tensor, got {type(mask).__name__}")
+    if mask.dtype.is_complex:
+        raise TypeError(f"mask must be bool, integer or float, got {mask.dtype}")
+    mask = mask.detach().to(device) if device is not None else mask.detach()
+    if mask.dtype != torch.bool:
+        is_binary = (mask == 0) | (mask == 1)
+        if not bool(is_binary.all()):
+            bad = mask[~is_binary].unique()[:4].tolist()
+            hint = (
+                " It looks like an additive mask (0 = attend, -inf = blocked); "
+                "convert it with `keep = (additive_mask == 0)`."
+                if mask.is_floating_point()
+                else ""
+            )
+            raise ValueError(
+                f"{mask.dtype} mask holds values other than 0 and 1 (e.g. {bad}). "
+                f"{_CONVENTION}.{hint}"
+            )
+        mask = mask.bool()
+    return mask
+
+
+def causal_mask(
+    T: int, S: int | None = None, *, device: torch.device | str | None = None
+) -> torch.Tensor:
+    """The causal keep-mask, aligned bottom-right.
+
+    Query i may attend to key j when ``j <= i + (S - T)``: the T queries are
+    the *last* T positions of the S keys. With T == S this is ``tril(ones)``;
+    with T < S (one new token against cached keys) each query also sees every
+    earlier key. This is the alignment decoding needs; note that
+    ``F.scaled_dot_product_attention(is_causal=True)`` aligns top-left instead.
+
+    Args:
+        T: number of queries.
+        S: number of keys; defaults to T.
+        device: where to build the mask.
+
+    Returns:
+        Bool tensor (T, S) on ``device``, True = may attend.
+
+    Raises:
+        ValueError: T or S is negative.
+    """
+    S = T if S is None else S
+    if T < 0 or S < 0:
+        raise ValueError(f"causal_mask needs T >= 0 and S >= 0, got T={T}, S={S}")
+    return torch.ones(T, S, dtype=torch.bool, device=device).tril(diagonal=S - T)
+
+
+def padding_mask(
+    lengths: torch.Tensor | list[int], S: int | None = None, *, device: torch.device | str | None = None
+) -> torch.Tensor:
+    """Keep-mask (B, S) that is True on each sequence's real tokens.
+
+    Sequence b has ``lengths[b]`` real tokens at the start and padding after.
+    For ``MultiHeadAttention`` pass it as ``mask[:, None, None, :]`` so that it
+    broadcasts to (B, h, T, S): every query, in every head, ignores the padding
+    keys.
+
+    Args:
+        lengths: (B,) integer tensor or list of ints, each in [0, S].
+        S: padded length; defaults to ``max(lengths)``.
+        device: where to build the mask (defaults to ``lengths``' device).
+
+    Returns:
+        Bool tensor (B, S).
+
+    Raises:
+        TypeError: lengths are not integers.
+        ValueError: lengths are not 1-D, or a length is negative or above S.
+    """
+    lengths = torch.as_tensor(lengths, device=device)
+    if lengths.dtype.is_floating_point or lengths.dtype in (torch.bool, torch.complex64, torch.complex128):
+        raise TypeError(f"lengths must be integers, got {lengths.dtype}")
+    if lengths.dim() != 1:
+        raise ValueError(f"lengths must be 1-D (B,), got shape {tuple(lengths.shape)}")
+    if S is None:
+        S = int(lengths.max()) if lengths.numel() else 0
+    if lengths.numel() and (int(lengths.min()) < 0 or int(lengths.max()) > S):
+        raise ValueError(f"every length must be in [0, S={S}], got {lengths.tolist()}")
+    return torch.arange(S, device=lengths.device) < lengths[:, None]
+
+
+def to_torch_attn_mask(
+    mask: torch.Tensor, shape: tuple[int, int, int, int] | None = None
+) -> torch.Tensor:
+    """Convert a keep-mask into ``nn.MultiheadAttention``'s ``attn_mask``.
+
+    ``nn.MultiheadAttention`` reads a boolean ``attn_mask`` the other way
+    round: True = *blocked*. Passing a keep-mask such as ``tril(ones)``
+    straight through makes every query attend only to the future (and the
+    last row turns NaN). This helper inverts it and gives it the shape that
+    module accepts.
+
+    Args:
+        mask: keep-mask (see :func:`as_keep_mask`). Without ``shape`` it must
+            be 2-D (T, S). With ``shape`` it may be anything that broadcasts
+            to ``shape``.
+        shape: (B, h, T, S) of the attention it is meant for. Needed for
+            per-sample or per-head masks, which PyTorch wants as (B*h, T, S).
+
+    Returns:
+        Bool tensor, True = blocked: (T, S) without ``shape``, else (B*h, T, S).
+
+    Raises:
+        ValueError: the mask is not 2-D and no ``shape`` was given, or it does
+            not broadcast to ``shape``.
+    """
+    keep = as_keep_mask(mask)
+    if shape is None:
+        if keep.dim() != 2:
+            raise ValueError(
+                f"a {keep.dim()}-D mask of shape {tuple(keep.shape)} needs shape=(B, h, T, S) "
+                "to become nn.MultiheadAttention's (B*h, T, S) attn_mask"
+            )
+        return ~keep
+    B, h, T, S = shape
+    check_broadcast(keep, (B, h, T, S))
+    return ~keep.expand(B, h, T, S).reshape(B * h, T, S)
+
+
+def to_additive_mask(mask: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Convert a keep-mask into an additive float mask: 0 = attend, -inf = blocked.
+
+    This is the meaning ``F.scaled_dot_product_attention`` and
+    ``nn.MultiheadAttention`` give to *float* masks (they are added to the
+    scores before the softmax).
+
+    Args:
+        mask: keep-mask of any shape.
+        dtype: floating dtype of the result.
+
+    Returns:
+        Tensor of the same shape and ``dtype``.
+    """
+    keep = as_keep_mask(mask)
+    zeros = torch.zeros(keep.shape, dtype=dtype, device=keep.device)
+    return zeros.masked_fill(~keep, float("-inf"))
+
+
+def check_broadcast(mask: torch.Tensor, target: tuple[int, ...], names: str = "") -> None:
+    """Raise ValueError unless ``mask`` broadcasts to ``target`` without growing it."""
+    try:
+        ok = torch.broadcast_shapes(mask.shape, target) == torch.Size(target)
+    except RuntimeError:
+        ok = False
+    if not ok:
+        where = f" {names}" if names else ""
+        raise ValueError(
+            f"mask of shape {tuple(mask.shape)} does not broadcast to{where} {tuple(target)}"
+        )

@@ -1,0 +1,208 @@
+"""The multi-head attention layer (Vaswani et al. 2017, §3.2.2)."""
+
+from __future__ import annotations
+
+import numbers
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .attention import check_dropout, scaled_dot_product_attention
+from .cache import KVCache
+from .heads import merge_heads, split_heads
+from .masks import check_broadcast
+
+
+class MultiHeadAttention(nn.Module):
+    """h attentions in parallel, each on its own d_k-wide projection, mixed by W_O.
+
+        head_i = Attention(x W_Q_i, c W_K_i, c W_V_i)
+        y      = Concat(head_1, ..., head_h) W_O       (Vaswani et al. 2017, §3.2.2)
+
+    One ``nn.Linear`` (``qkv``) computes Q, K and V for every head at once;
+    its output is viewed as (B, h, T, d_k). Every head still sees the whole
+    embedding: only the *projected* vector is split.
+
+    Args:
+        d_model: embedding width; must be divisible by h.
+        h: number of query heads. d_k = d_model // h.
+        n_kv_heads: number of K/V heads (grouped-query attention); must divide
+            h. None means h (plain multi-head attention); 1 is multi-query
+            attention. Query head i shares K/V head i // (h / n_kv_heads).
+        bias: whether ``qkv`` and ``out`` have biases.
+        dropout: attention-weight dropout, used only in training mode.
+        device, dtype: passed to the parameters.
+
+    Attributes:
+        h, d_k, n_kv_heads, d_model, dropout.
+        qkv: ``nn.Linear(d_model, d_model + 2 * n_kv_heads * d_k)``. Its
+            weight rows are [W_Q; W_K; W_V], the layout of
+            ``nn.MultiheadAttention.in_proj_weight`` (for n_kv_heads = h that
+            is ``nn.Linear(d_model, 3 * d_model)``).
+        out: W_O, ``nn.Linear(d_model, d_model)``.
+
+    Raises:
+        TypeError: a size is not an int.
+        ValueError: d_model % h != 0 (names both), n_kv_heads does not divide
+            h, a size is not positive, or dropout is outside [0, 1).
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        h: int,
+        *,
+        n_kv_heads: int | None = None,
+        bias: bool = True,
+        dropout: float = 0.0,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        n_kv_heads = h if n_kv_heads is None else n_kv_heads
+        _check_sizes(d_model, h, n_kv_heads)
+        check_dropout(dropout)
+        self.d_model, self.h, self.d_k, self.n_kv_heads = d_model, h, d_model // h, n_kv_heads
+        self.dropout = float(dropout)
+        kv_width = n_kv_heads * self.d_k
+        self._widths = [d_model, kv_width, kv_width]  # rows of W_Q, W_K, W_V in qkv
+        self.qkv = nn.Linear(d_model, sum(self._widths), bias=bias, device=device, dtype=dtype)
+        self.out = nn.Linear(d_model, d_model, bias=bias, device=device, dtype=dtype)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        context: torch.Tensor | None = None,
+        *,
+        causal: bool = True,
+        mask: torch.Tensor | None = None,
+        need_weights: bool = True,
+        cache: KVCache | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Attend from x to itself (or to ``context``) and project back to d_model.
+
+        Args:
+            x: (B, T, d_model), in the module's dtype and on its device.
+            context: (B, S, d_model) supplying the keys and values
+                (cross-attention); None means self-attention, S = T.
+            causal: self-attention only: query i attends to keys up to i,
+                aligned bottom-right when a cache makes S > T. With a
+                ``context`` no causal mask is ever applied, whatever this
+                says: x and context are different sequences, so "later" has no
+                meaning between them. Pass ``mask`` to restrict cross-attention.
+            mask: keep-mask (True/1 = may attend) that broadcasts to
+                (B, h, T, S). A (B, S) padding mask goes in as
+                ``mask[:, None, None, :]`` (see ``mha.padding_mask``).
+            need_weights: True returns the per-head weights; False returns
+                None and takes the fused ``F.scaled_dot_product_attention`` path.
+            cache: a ``KVCache`` for incremental decoding (self-attention
+                only). The new keys and values are appended to it, and S
+                becomes the number of cached positions.
+
+        Returns:
+            ``(y, w)``: y (B, T, d_model), and w the per-head weights
+            (B, h, T, S), not averaged over heads, or None.
+
+        Raises:
+            TypeError: x or context is not a tensor, or not in the module's dtype.
+            ValueError: wrong rank or width, a context whose batch differs, a
+                mask that does not broadcast to (B, h, T, S) or is not 0/1, a
+                cache together with a context.
+        """
+        self._check_inputs(x, context, cache)
+        q, k, v = self.project(x, context)  # (B, T, d_model), (B, S, g*d_k), (B, S, g*d_k)
+        q = split_heads(q, self.h)  # (B, h, T, d_k)
+        k = split_heads(k, self.n_kv_heads)  # (B, g, S, d_k)
+        v = split_heads(v, self.n_kv_heads)  # (B, g, S, d_k)
+        if cache is not None:
+            k, v = cache.update(k, v)  # (B, g, S_cached + T, d_k)
+        if mask is not None:
+            self._check_mask(mask, q, k)
+        out, w = scaled_dot_product_attention(
+            q, k, v, mask,
+            is_causal=causal and context is None,
+            dropout_p=self.dropout if self.training else 0.0,
+            need_weights=need_weights,
+            enable_gqa=self.n_kv_heads != self.h,
+        )  # (B, h, T, d_k), (B, h, T, S)
+        y = self.out(merge_heads(out))  # (B, T, h*d_k) -> (B, T, d_model)
+        return y, w
+
+    def project(
+        self, x: torch.Tensor, context: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Q from x; K and V from ``context`` (or x). All heads at once.
+
+        Returns (B, T, d_model), (B, S, n_kv_heads*d_k), (B, S, n_kv_heads*d_k).
+        """
+        if context is None:  # self-attention: one matmul for Q, K and V
+            return self.qkv(x).split(self._widths, dim=-1)
+        W_Q, W_KV = self.qkv.weight.split([self.d_model, 2 * self._widths[1]])
+        b_Q = b_KV = None
+        if self.qkv.bias is not None:
+            b_Q, b_KV = self.qkv.bias.split([self.d_model, 2 * self._widths[1]])
+        k, v = F.linear(context, W_KV, b_KV).split(self._widths[1:], dim=-1)
+        return F.linear(x, W_Q, b_Q), k, v
+
+    def _check_inputs(self, x, context, cache):
+        weight = self.qkv.weight
+        for name, t in (("x", x), ("context", context)):
+            if t is None:
+                continue
+            if not isinstance(t, torch.Tensor):
+                raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+            if t.dim() != 3 or t.size(-1) != self.d_model:
+                raise ValueError(
+                    f"{name} must be (B, {'T' if name == 'x' else 'S'}, d_model={self.d_model}), "
+                    f"got shape {tuple(t.shape)}"
+                )
+            if t.dtype != weight.dtype:
+                raise TypeError(
+                    f"{name} is {t.dtype} but the module's parameters are {weight.dtype}; "
+                    f"convert one of them, e.g. module.to({t.dtype})"
+                )
+            if t.device != weight.device:
+                raise ValueError(
+                    f"{name} is on {t.device} but the module is on {weight.device}; move one of them"
+                )
+        if context is not None and context.size(0) != x.size(0):
+            raise ValueError(
+                f"context batch {context.size(0)} differs from x batch {x.size(0)}: "
+                f"x {tuple(x.shape)}, context {tuple(context.shape)}"
+            )
+        if cache is not None:
+            if context is not None:
+                raise ValueError("a KVCache is for self-attention decoding; don't pass it with a context")
+            if not isinstance(cache, KVCache):
+                raise TypeError(f"cache must be an mha.KVCache, got {type(cache).__name__}")
+
+    def _check_mask(self, mask, q, k):
+        if not isinstance(mask, torch.Tensor):
+            raise TypeError(f"mask must be a torch.Tensor, got {type(mask).__name__}")
+        B, h, T, S = q.size(0), self.h, q.size(2), k.size(2)
+        try:
+            check_broadcast(mask, (B, h, T, S), "(B, h, T, S) =")
+        except ValueError as err:
+            if tuple(mask.shape) == (B, S):
+                raise ValueError(f"{err}; a (B, S) padding mask goes in as mask[:, None, None, :]") from None
+            raise
+
+    def extra_repr(self) -> str:
+        kv = f", n_kv_heads={self.n_kv_heads}" if self.n_kv_heads != self.h else ""
+        return f"d_model={self.d_model}, h={self.h}, d_k={self.d_k}{kv}, dropout={self.dropout}"
+
+
+def _check_sizes(d_model, h, n_kv_heads):
+    for name, n in (("d_model", d_model), ("h", h), ("n_kv_heads", n_kv_heads)):
+        if isinstance(n, bool) or not isinstance(n, numbers.Integral):
+            raise TypeError(f"{name} must be an int, got {n!r}")
+        if n <= 0:
+            raise ValueError(f"{name} must be positive, got {n}")
+    if d_model % h:
+        raise ValueError(
+            f"d_model={d_model} is not divisible by h={h}: each head needs d_k = d_model / h "
+            f"dimensions (try h in {[n for n in range(1, min(d_model, 64) + 1) if d_model % n == 0]})"
+        )
+    if h % n_kv_heads:
+        raise ValueError(f"n_kv_heads={n_kv_heads} must divide h={h}")
