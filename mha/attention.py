@@ -83,14 +83,11 @@ def scaled_dot_product_attention(
 
     keep = _combine_masks(mask, is_causal, q, k, v, enable_gqa)
     has_key = None
-    if keep is not None:
-        # A query with no allowed key would softmax over only -inf and give NaN.
-        # Let such rows attend everywhere (finite maths), then zero them below.
+    if mask is not None or (is_causal and T > S):
+        # Some query may have no allowed key; its softmax would be over only -inf,
+        # giving NaN. Let such rows attend everywhere (finite maths), zero them below.
         has_key = keep.any(dim=-1, keepdim=True)  # (..., T, 1)
-        if bool(has_key.all()):
-            has_key = None
-        else:
-            keep = keep | ~has_key
+        keep = keep | ~has_key
 
     if need_weights:
         out, weights = _explicit(q, k, v, keep, scale, dropout_p, enable_gqa)
@@ -200,6 +197,8 @@ def _explicit_grouped(q, k, v, keep, scale, dropout_p):
 
 
 def _fused(q, k, v, keep, is_causal, scale, dropout_p, enable_gqa):
+    if keep is not None and keep.dim() < 2:  # PyTorch wants at least a (T, S) mask
+        keep = keep.expand(q.size(-2), k.size(-2))
     kwargs = {}
     if enable_gqa and NATIVE_GQA:
         kwargs["enable_gqa"] = True
