@@ -1,0 +1,47 @@
+"""Reference computations the tests compare against: PyTorch's own modules and kernels."""
+
+import torch
+import torch.nn.functional as F
+
+import mha
+
+TOL = {torch.float64: dict(rtol=0, atol=1e-10), torch.float32: dict(rtol=0, atol=1e-5)}
+
+
+def assert_close(actual, expected, dtype=None):
+    dtype = dtype or actual.dtype
+    torch.testing.assert_close(actual, expected, **TOL[dtype])
+
+
+def torch_reference(m, x, context=None, keep=None):
+    """y and per-head weights from nn.MultiheadAttention with m's weights.
+
+    ``keep`` is our keep-mask, broadcastable to (B, h, T, S); it is converted to
+    PyTorch's True = blocked convention here.
+    """
+    ref = mha.to_torch(m).eval()
+    c = x if context is None else context
+    B, T, S = x.size(0), x.size(1), c.size(1)
+    attn_mask = None if keep is None else mha.to_torch_attn_mask(keep, shape=(B, m.h, T, S))
+    return ref(x, c, c, attn_mask=attn_mask, average_attn_weights=False)
+
+
+def sdpa_reference(m, x, context=None, keep=None):
+    """y from F.scaled_dot_product_attention, with m's projections."""
+    c = x if context is None else context
+    q = mha.split_heads(F.linear(x, *_rows(m, 0)), m.h)
+    k = mha.split_heads(F.linear(c, *_rows(m, 1)), m.h)
+    v = mha.split_heads(F.linear(c, *_rows(m, 2)), m.h)
+    attn_mask = None if keep is None else mha.as_keep_mask(keep).expand(*q.shape[:-1], k.size(-2))
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)
+    return m.out(mha.merge_heads(out))
+
+
+def _rows(m, i):
+    d = m.d_model
+    bias = None if m.qkv.bias is None else m.qkv.bias[i * d : (i + 1) * d]
+    return m.qkv.weight[i * d : (i + 1) * d], bias
+
+
+def has_empty_rows(keep, shape):
+    return keep is not None and not bool(mha.as_keep_mask(keep).expand(shape).any(-1).all())

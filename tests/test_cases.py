@@ -1,0 +1,176 @@
+"""Regression tests for ../shared/cases/attention-cases.md: inputs that broke real users' attention code.
+
+Each test is named after its case id and fixes the whole kind of fault.
+"""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from helpers import torch_reference
+from torch import nn
+
+import mha
+
+
+def test_C1_tril_mask_is_converted_for_nn_multiheadattention():
+    m = mha.MultiHeadAttention(8, 2)
+    x = torch.randn(1, 4, 8)
+    tril = torch.tril(torch.ones(4, 4, dtype=torch.bool))
+    # The fault: PyTorch reads True as *blocked*, so the raw mask attends to the future.
+    _, w_raw = mha.to_torch(m)(x, x, x, attn_mask=tril, average_attn_weights=False)
+    assert torch.isnan(w_raw[0, :, 3]).all()
+    # The fix: the interop helper converts the convention.
+    y, w = m(x, mask=tril, causal=False)
+    y_ref, w_ref = mha.to_torch(m)(x, x, x, attn_mask=mha.to_torch_attn_mask(tril), average_attn_weights=False)
+    torch.testing.assert_close(y, y_ref, rtol=0, atol=1e-6)
+    torch.testing.assert_close(w, w_ref, rtol=0, atol=1e-6)
+    assert w[0, :, 0].tolist() == [[1.0, 0.0, 0.0, 0.0]] * 2
+    # Per-head / per-sample masks convert too, to PyTorch's (B*h, T, S) layout.
+    keep = torch.rand(1, 2, 4, 4) > 0.3
+    keep[..., 0] = True
+    y, w = m(x, mask=keep, causal=False)
+    y_ref, w_ref = torch_reference(m, x, keep=keep)
+    torch.testing.assert_close(w, w_ref, rtol=0, atol=1e-6)
+
+
+def test_C2_float_01_mask_blocks_and_additive_mask_raises():
+    T = 4
+    m = mha.MultiHeadAttention(8, 2)
+    tril = torch.tril(torch.ones(T, T))  # float 0/1, the previous post's style
+    x = torch.randn(1, T, 8)
+    x2 = x.clone()
+    x2[:, 3] = torch.randn(8)
+    for need_weights in (True, False):
+        y = m(x, mask=tril, causal=False, need_weights=need_weights)[0]
+        y2 = m(x2, mask=tril, causal=False, need_weights=need_weights)[0]
+        assert torch.equal(y[:, 0], y2[:, 0])
+    q = torch.randn(1, T, 8)
+    additive = torch.zeros(T, T).masked_fill(~tril.bool(), float("-inf"))
+    with pytest.raises(ValueError, match="keep-mask.*additive"):
+        mha.scaled_dot_product_attention(q, q, q, additive)
+    with pytest.raises(ValueError, match="0 and 1"):
+        m(x, mask=additive)
+    with pytest.raises(ValueError, match="0 and 1"):
+        mha.scaled_dot_product_attention(q, q, q, tril * 0.5)  # any other value, not only -inf
+
+
+def test_C3_bool_mask_agrees_with_pytorch_sdpa():
+    q, k, v = (torch.randn(1, 1, 4, 4) for _ in range(3))
+    tril = torch.tril(torch.ones(4, 4, dtype=torch.bool))
+    expected = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    for need_weights in (True, False):
+        out, _ = mha.scaled_dot_product_attention(q, k, v, tril, need_weights=need_weights)
+        torch.testing.assert_close(out, expected, rtol=0, atol=1e-6)
+        out, _ = mha.scaled_dot_product_attention(q, k, v, is_causal=True, need_weights=need_weights)
+        torch.testing.assert_close(out, expected, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("train", [False, True])
+def test_C4_fully_masked_sample_poisons_nothing(train):
+    m = mha.MultiHeadAttention(8, 2, dropout=0.1).train(train)
+    x = torch.randn(2, 4, 8, requires_grad=True)
+    keep = mha.padding_mask([4, 0], 4)[:, None, None, :]  # sample 1: every key masked
+    results = []
+    for need_weights in (True, False):
+        torch.manual_seed(1)
+        y, w = m(x, mask=keep, need_weights=need_weights)
+        assert torch.isfinite(y).all()
+        if w is not None:
+            assert torch.equal(w[1], torch.zeros(2, 4, 4))
+        # Fully masked rows give zero attention output, so y is just W_O's bias there.
+        assert torch.equal(y[1], m.out.bias.expand(4, 8))
+        x.grad = None
+        y[0].sum().backward()
+        assert torch.isfinite(x.grad).all()
+        assert torch.equal(x.grad[1], torch.zeros(4, 8))
+        results.append(y)
+    if not train:
+        alone, _ = m(x[:1])
+        torch.testing.assert_close(results[0][:1], alone, rtol=0, atol=1e-6)
+        torch.testing.assert_close(results[1], results[0], rtol=0, atol=1e-6)
+
+
+def test_C4_fully_masked_head_in_function():
+    q = torch.randn(2, 2, 4, 3)
+    keep = torch.ones(2, 2, 4, 4, dtype=torch.bool)
+    keep[1, 0] = False  # one head of one sample sees nothing
+    for need_weights in (True, False):
+        out, _ = mha.scaled_dot_product_attention(q, q, q, keep, need_weights=need_weights)
+        assert torch.isfinite(out).all() and torch.equal(out[1, 0], torch.zeros(4, 3))
+        alone, _ = mha.scaled_dot_product_attention(q[0], q[0], q[0])
+        torch.testing.assert_close(out[0], alone, rtol=0, atol=1e-6)
+
+
+def test_C5_causal_with_fewer_queries_is_bottom_right():
+    q = torch.randn(1, 1, 1, 4)
+    k, v = torch.randn(1, 1, 5, 4), torch.randn(1, 1, 5, 4)
+    unmasked, _ = mha.scaled_dot_product_attention(q, k, v)
+    for need_weights in (True, False):
+        out, _ = mha.scaled_dot_product_attention(q, k, v, is_causal=True, need_weights=need_weights)
+        torch.testing.assert_close(out, unmasked, rtol=0, atol=1e-6)
+    assert mha.causal_mask(2, 5).int().tolist() == [[1, 1, 1, 1, 0], [1, 1, 1, 1, 1]]
+    _, w = mha.scaled_dot_product_attention(torch.randn(1, 2, 4), k[0], v[0], is_causal=True)
+    assert (w[0] > 0).int().tolist() == [[1, 1, 1, 1, 0], [1, 1, 1, 1, 1]]
+
+
+def test_C6_heads_are_merged_in_the_right_order():
+    out = torch.randn(2, 4, 5, 3)  # (B, h, T, d_k)
+    merged = mha.merge_heads(out)
+    assert merged.shape == (2, 5, 12)
+    # Time step t of the merged output holds head 0's row t, then head 1's, ...
+    assert torch.equal(merged[1, 2], torch.cat([out[1, i, 2] for i in range(4)]))
+    assert torch.equal(mha.split_heads(merged, 4), out)
+    assert not torch.equal(out.reshape(2, 5, 12), merged)  # the wrong merge really differs
+    m = mha.MultiHeadAttention(12, 4).double()
+    x = torch.randn(2, 5, 12, dtype=torch.float64)
+    y_ref, _ = torch_reference(m, x, keep=mha.causal_mask(5))
+    torch.testing.assert_close(m(x)[0], y_ref, rtol=0, atol=1e-12)
+
+
+def test_C7_width_not_divisible_by_heads():
+    with pytest.raises(ValueError, match=r"d_model=512.*h=6"):
+        mha.MultiHeadAttention(512, 6)
+
+
+@pytest.mark.parametrize("need_weights", [True, False])
+@pytest.mark.parametrize("n_kv_heads", [None, 1])
+def test_C8_dropout_is_off_in_eval(need_weights, n_kv_heads):
+    m = mha.MultiHeadAttention(16, 4, dropout=0.5, n_kv_heads=n_kv_heads).eval()
+    x = torch.randn(2, 5, 16)
+    a = m(x, need_weights=need_weights)[0]
+    b = m(x, need_weights=need_weights)[0]
+    assert torch.equal(a, b)
+    # And the same via a cache, and for cross-attention.
+    assert torch.equal(m(x, torch.randn(2, 3, 16).mul(0), need_weights=need_weights)[0],
+                       m(x, torch.zeros(2, 3, 16), need_weights=need_weights)[0])
+
+
+@pytest.mark.parametrize("dtype, tol", [(torch.float32, 1e-6), (torch.float64, 1e-12)])
+@pytest.mark.parametrize("bias", [True, False])
+def test_C9_weight_copy_round_trip(dtype, tol, bias):
+    m = mha.MultiHeadAttention(16, 4, bias=bias).to(dtype)
+    back = mha.from_torch(mha.to_torch(m))
+    for (name, a), (_, b) in zip(m.state_dict().items(), back.state_dict().items()):
+        assert torch.equal(a, b), name
+    x = torch.randn(2, 5, 16, dtype=dtype)
+    ref = mha.to_torch(m)
+    assert torch.equal(ref.in_proj_weight[:16], m.qkv.weight[:16])  # W_Q first, in (out, in) layout
+    y_ref, w_ref = ref(x, x, x, attn_mask=mha.to_torch_attn_mask(mha.causal_mask(5)), average_attn_weights=False)
+    y, w = back(x)
+    torch.testing.assert_close(y, y_ref, rtol=0, atol=tol)
+    torch.testing.assert_close(w, w_ref, rtol=0, atol=tol)
+
+
+def test_C9_wrong_layouts_are_really_wrong():
+    # The silent faults: K, Q, V order or transposed blocks give other outputs. Our copy does not.
+    torch.manual_seed(0)
+    ref = nn.MultiheadAttention(8, 2, batch_first=True).double()
+    x = torch.randn(1, 4, 8, dtype=torch.float64)
+    y_ref, _ = ref(x, x, x)
+    m = mha.from_torch(ref)
+    torch.testing.assert_close(m(x, causal=False)[0], y_ref, rtol=0, atol=1e-12)
+    W_Q, W_K, W_V = ref.in_proj_weight.detach().chunk(3)
+    for wrong in (torch.cat([W_K, W_Q, W_V]), torch.cat([W_Q.T, W_K.T, W_V.T])):
+        with torch.no_grad():
+            m.qkv.weight.copy_(wrong)
+        assert not torch.allclose(m(x, causal=False)[0], y_ref)

@@ -1,0 +1,133 @@
+"""The library contract of issue 2 and the article's claims."""
+
+import inspect
+
+import pytest
+import torch
+from torch import nn
+
+import mha
+
+
+def test_article_example_shapes():
+    y, w = mha.MultiHeadAttention(d_model=32, h=4)(torch.randn(2, 6, 32))
+    assert y.shape == (2, 6, 32)
+    assert w.shape == (2, 4, 6, 6)
+
+
+def test_module_layout():
+    m = mha.MultiHeadAttention(32, 4)
+    assert (m.h, m.d_k) == (4, 8)
+    assert isinstance(m.qkv, nn.Linear) and m.qkv.weight.shape == (96, 32)
+    assert isinstance(m.out, nn.Linear) and m.out.weight.shape == (32, 32)
+
+
+def test_signatures_are_the_published_ones():
+    sdpa = inspect.signature(mha.scaled_dot_product_attention).parameters
+    assert list(sdpa)[:4] == ["q", "k", "v", "mask"]
+    assert {n: sdpa[n].default for n in ("is_causal", "scale", "dropout_p")} == {
+        "is_causal": False, "scale": None, "dropout_p": 0.0,
+    }
+    fwd = inspect.signature(mha.MultiHeadAttention.forward).parameters
+    assert list(fwd)[:3] == ["self", "x", "context"]
+    assert {n: fwd[n].default for n in ("causal", "mask", "need_weights")} == {
+        "causal": True, "mask": None, "need_weights": True,
+    }
+
+
+@pytest.mark.parametrize("h", [1, 4])
+def test_parameter_count_does_not_depend_on_heads(h):
+    assert mha.count_parameters(mha.MultiHeadAttention(32, h)) == (4096, 128, 4224)
+
+
+@pytest.mark.parametrize("h", [1, 2, 4, 8, 16, 32])
+def test_parameter_formula(h):
+    d = 32
+    c = mha.count_parameters(mha.MultiHeadAttention(d, h))
+    assert c.weights == 4 * d * d and c.biases == 4 * d and c.total == 4 * d * d + 4 * d
+
+
+def test_gpt2_small_attention_parameters():
+    c = mha.count_parameters(mha.MultiHeadAttention(768, 12))
+    assert (c.weights, c.biases, c.total) == (2_359_296, 3_072, 2_362_368)
+
+
+def test_count_matches_torch_module():
+    assert mha.count_parameters(nn.MultiheadAttention(768, 12)) == mha.count_parameters(
+        mha.MultiHeadAttention(768, 12)
+    )
+
+
+def test_rows_sum_to_one_without_dropout():
+    q, k, v = torch.randn(3, 2, 5, 4), torch.randn(3, 2, 7, 4), torch.randn(3, 2, 7, 6)
+    out, w = mha.scaled_dot_product_attention(q, k, v)
+    assert out.shape == (3, 2, 5, 6) and w.shape == (3, 2, 5, 7)
+    torch.testing.assert_close(w.sum(-1), torch.ones(3, 2, 5))
+
+
+def test_default_scale_is_inverse_sqrt_dk():
+    q, k, v = torch.randn(2, 3, 16, dtype=torch.float64), torch.randn(2, 4, 16, dtype=torch.float64), torch.randn(
+        2, 4, 5, dtype=torch.float64
+    )
+    _, w_default = mha.scaled_dot_product_attention(q, k, v)
+    _, w_explicit = mha.scaled_dot_product_attention(q, k, v, scale=0.25)
+    torch.testing.assert_close(w_default, w_explicit, rtol=0, atol=1e-15)
+    torch.testing.assert_close(w_default, torch.softmax(q @ k.mT / 4, -1), rtol=0, atol=1e-14)
+
+
+@pytest.mark.parametrize("dtype", [torch.bool, torch.int64, torch.uint8, torch.float32, torch.float64])
+def test_all_mask_dtypes_mean_the_same(dtype):
+    q = k = v = torch.randn(1, 4, 8)
+    keep = torch.tril(torch.ones(4, 4))
+    expected, _ = mha.scaled_dot_product_attention(q, k, v, keep.bool())
+    out, _ = mha.scaled_dot_product_attention(q, k, v, keep.to(dtype))
+    assert torch.equal(out, expected)
+
+
+def test_causal_combines_with_mask():
+    q = k = v = torch.randn(1, 5, 4)
+    keep = torch.tensor([1, 1, 0, 1, 1], dtype=torch.bool)  # key 2 is blocked for every query
+    _, w = mha.scaled_dot_product_attention(q, k, v, keep, is_causal=True)
+    allowed = mha.causal_mask(5) & keep
+    assert torch.equal(w[0] > 0, allowed)
+
+
+def test_padding_mask_from_lengths():
+    assert mha.padding_mask([3, 1]).tolist() == [[True, True, True], [True, False, False]]
+    assert mha.padding_mask(torch.tensor([2, 0]), 4).tolist() == [[True, True, False, False], [False] * 4]
+
+
+def test_half_precision_stays_finite():
+    q = torch.full((1, 2, 64), 60.0)  # logits 64 * 60 * 60 / 8 = 28800; q·k unscaled is 230400 > 65504
+    for dtype in (torch.float16, torch.bfloat16):
+        for need_weights in (True, False):
+            out, w = mha.scaled_dot_product_attention(
+                q.to(dtype), q.to(dtype), torch.randn(1, 2, 64).to(dtype), need_weights=need_weights
+            )
+            assert out.dtype == dtype and torch.isfinite(out).all()
+            if need_weights:
+                assert w.dtype == dtype and torch.isfinite(w).all()
+
+
+def test_half_precision_scores_above_float16_range():
+    # Scaled scores themselves above 65504: the softmax must still run in float32.
+    q = torch.full((1, 3, 4), 200.0, dtype=torch.float16)
+    k = torch.tensor([[[200.0] * 4, [-200.0] * 4, [199.0] * 4]], dtype=torch.float16)
+    out, w = mha.scaled_dot_product_attention(q, k, torch.eye(3, 4, dtype=torch.float16)[None], scale=1.0)
+    assert torch.isfinite(w).all() and torch.isfinite(out).all()
+    assert w[0, 0].argmax() == 0
+
+
+def test_dropout_only_where_asked():
+    q = k = v = torch.randn(2, 8, 8)
+    a, _ = mha.scaled_dot_product_attention(q, k, v)
+    b, _ = mha.scaled_dot_product_attention(q, k, v, dropout_p=0.0)
+    assert torch.equal(a, b)
+    _, w = mha.scaled_dot_product_attention(q, k, v, dropout_p=0.5)
+    assert (w == 0).any()
+
+
+def test_masks_are_used_on_the_inputs_device():
+    q = torch.randn(1, 3, 4, device="meta")
+    out, w = mha.scaled_dot_product_attention(q, q, q, torch.ones(3, 3, dtype=torch.bool), is_causal=True)
+    assert out.device.type == "meta" and w.device.type == "meta"
