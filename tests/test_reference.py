@@ -3,9 +3,9 @@
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import assert_close, sdpa_reference, torch_reference
 
 import mha
-from helpers import assert_close, sdpa_reference, torch_reference
 
 CONFIGS = [  # d_model, h, B, T, S (None = self-attention)
     (32, 4, 2, 6, None),
