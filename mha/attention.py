@@ -12,6 +12,7 @@ Two paths give the same numbers:
 
 from __future__ import annotations
 
+import contextlib
 import math
 import numbers
 
@@ -78,6 +79,7 @@ def scaled_dot_product_attention(
     additive and its ``is_causal`` aligns top-left.
     """
     _check_qkv(q, k, v, dropout_p, enable_gqa)
+    check_flags(is_causal=is_causal, need_weights=need_weights, enable_gqa=enable_gqa)
     T, S = q.size(-2), k.size(-2)
     scale = 1.0 / math.sqrt(q.size(-1)) if scale is None else scale
 
@@ -115,6 +117,8 @@ def _check_qkv(q, k, v, dropout_p, enable_gqa):
         raise TypeError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     if not q.device == k.device == v.device:
         raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
+    if q.size(-1) == 0:
+        raise ValueError(f"d_k must be positive, got q of shape {tuple(q.shape)}")
     if q.size(-1) != k.size(-1):
         raise ValueError(
             f"q and k need the same last dim d_k, got q {tuple(q.shape)} and k {tuple(k.shape)}"
@@ -129,18 +133,20 @@ def _check_qkv(q, k, v, dropout_p, enable_gqa):
                 f"enable_gqa needs q (..., h, T, d_k) and k, v (..., g, S, d), got "
                 f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
             )
-        if q.size(-3) % k.size(-3):
+        if k.size(-3) == 0 or q.size(-3) % k.size(-3):
             raise ValueError(
                 f"enable_gqa needs the K/V heads g={k.size(-3)} to divide the query heads h={q.size(-3)}"
             )
+        batch_dims = (q.shape[:-3], k.shape[:-3])
     else:
-        try:
-            torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
-        except RuntimeError:
-            raise ValueError(
-                f"leading dims of q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} "
-                "do not broadcast (for fewer K/V heads than query heads pass enable_gqa=True)"
-            ) from None
+        batch_dims = (q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    try:
+        torch.broadcast_shapes(*batch_dims)
+    except RuntimeError:
+        raise ValueError(
+            f"leading dims of q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} do not broadcast"
+            + ("" if enable_gqa else " (for fewer K/V heads than query heads pass enable_gqa=True)")
+        ) from None
     check_dropout(dropout_p)
 
 
@@ -150,6 +156,13 @@ def check_dropout(p) -> None:
         raise TypeError(f"dropout must be a number in [0, 1), got {p!r}")
     if not 0.0 <= p < 1.0:
         raise ValueError(f"dropout must be in [0, 1), got {p}")
+
+
+def check_flags(**flags) -> None:
+    """Raise TypeError unless every flag is a bool (a mask passed as is_causal, say)."""
+    for name, value in flags.items():
+        if not isinstance(value, bool):
+            raise TypeError(f"{name} must be True or False, got {type(value).__name__}")
 
 
 def _combine_masks(mask, is_causal, q, k, v, enable_gqa):
@@ -172,15 +185,24 @@ def _combine_masks(mask, is_causal, q, k, v, enable_gqa):
 def _explicit(q, k, v, keep, scale, dropout_p, enable_gqa):
     if enable_gqa:
         return _explicit_grouped(q, k, v, keep, scale, dropout_p)
-    # Half precision: 65504 is float16's largest value, so scores and softmax run in float32.
+    # Half precision: 65504 is float16's largest value, so scores and softmax run in
+    # float32, with autocast off so that it cannot cast them back down.
     work = torch.float32 if q.dtype in _HALF else q.dtype
-    scores = (q.to(work) * scale) @ k.to(work).transpose(-2, -1)  # (..., T, S)
-    if keep is not None:
-        scores = scores.masked_fill(~keep, float("-inf"))
-    weights = torch.softmax(scores, dim=-1).to(q.dtype)  # (..., T, S), rows sum to 1
+    with _autocast_off(q.device.type):
+        scores = (q.to(work) * scale) @ k.to(work).transpose(-2, -1)  # (..., T, S)
+        if keep is not None:
+            scores = scores.masked_fill(~keep, float("-inf"))
+        weights = torch.softmax(scores, dim=-1).to(q.dtype)  # (..., T, S), rows sum to 1
     if dropout_p > 0:
         weights = F.dropout(weights, p=dropout_p)
     return weights @ v, weights  # (..., T, d_v), (..., T, S)
+
+
+def _autocast_off(device_type):
+    try:
+        return torch.autocast(device_type, enabled=False)
+    except RuntimeError:  # a device type autocast does not know (meta, say)
+        return contextlib.nullcontext()
 
 
 def _explicit_grouped(q, k, v, keep, scale, dropout_p):

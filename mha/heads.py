@@ -20,7 +20,7 @@ def split_heads(x: torch.Tensor, h: int) -> torch.Tensor:
     if x.dim() != 3 or x.size(-1) % h:
         raise ValueError(f"split_heads needs (B, T, h*d_k) with h={h}, got shape {tuple(x.shape)}")
     B, T, _ = x.shape
-    return x.view(B, T, h, -1).transpose(1, 2)  # (B, T, h, d_k) -> (B, h, T, d_k)
+    return x.view(B, T, h, x.size(-1) // h).transpose(1, 2)  # (B, T, h, d_k) -> (B, h, T, d_k)
 
 
 def merge_heads(x: torch.Tensor) -> torch.Tensor:
