@@ -25,16 +25,24 @@ class KVCache:
     def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Append new (B, n_kv_heads, T_new, d_k) keys and values; return all of them.
 
+        Nothing is stored when it raises.
+
         Raises:
             ValueError: the new keys don't match the cached batch, heads or width.
+            TypeError: their dtype or device differs from the cache's.
         """
         if self.k is None:
             self.k, self.v = k, v
         else:
-            if k.shape[:2] != self.k.shape[:2] or k.shape[-1] != self.k.shape[-1]:
+            if k.shape[:2] != self.k.shape[:2] or k.shape[-1] != self.k.shape[-1] or v.shape != k.shape:
                 raise ValueError(
-                    f"new keys {tuple(k.shape)} don't fit the cache {tuple(self.k.shape)}: "
-                    "batch, heads and d_k must match (use a fresh KVCache for a new batch)"
+                    f"new keys {tuple(k.shape)} / values {tuple(v.shape)} don't fit the cache "
+                    f"{tuple(self.k.shape)}: batch, heads and d_k must match (use a fresh KVCache for a new batch)"
+                )
+            if (k.dtype, k.device) != (self.k.dtype, self.k.device):
+                raise TypeError(
+                    f"new keys are {k.dtype} on {k.device} but the cache holds {self.k.dtype} on "
+                    f"{self.k.device}; use a fresh KVCache after changing the module's dtype or device"
                 )
             self.k = torch.cat([self.k, k], dim=-2)  # (B, g, S + T_new, d_k)
             self.v = torch.cat([self.v, v], dim=-2)

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .attention import check_dropout, scaled_dot_product_attention
+from .attention import check_dropout, check_flags, scaled_dot_product_attention
 from .cache import KVCache
 from .heads import merge_heads, split_heads
 from .masks import check_broadcast
@@ -111,14 +111,18 @@ class MultiHeadAttention(nn.Module):
                 cache together with a context.
         """
         self._check_inputs(x, context, cache)
+        check_flags(causal=causal, need_weights=need_weights)
+        B, T, S = x.size(0), x.size(1), (x if context is None else context).size(1)
+        if cache is not None:
+            S += len(cache)  # the new queries attend to the cached keys too
+        if mask is not None:
+            self._check_mask(mask, (B, self.h, T, S))  # before the cache changes
         q, k, v = self.project(x, context)  # (B, T, d_model), (B, S, g*d_k), (B, S, g*d_k)
         q = split_heads(q, self.h)  # (B, h, T, d_k)
         k = split_heads(k, self.n_kv_heads)  # (B, g, S, d_k)
         v = split_heads(v, self.n_kv_heads)  # (B, g, S, d_k)
         if cache is not None:
             k, v = cache.update(k, v)  # (B, g, S_cached + T, d_k)
-        if mask is not None:
-            self._check_mask(mask, q, k)
         out, w = scaled_dot_product_attention(
             q, k, v, mask,
             is_causal=causal and context is None,
@@ -157,6 +161,8 @@ class MultiHeadAttention(nn.Module):
                     f"{name} must be (B, {'T' if name == 'x' else 'S'}, d_model={self.d_model}), "
                     f"got shape {tuple(t.shape)}"
                 )
+            if not t.is_floating_point():
+                raise TypeError(f"{name} must be a floating tensor, got {t.dtype}")
             if t.dtype != weight.dtype:
                 raise TypeError(
                     f"{name} is {t.dtype} but the module's parameters are {weight.dtype}; "
@@ -177,15 +183,17 @@ class MultiHeadAttention(nn.Module):
             if not isinstance(cache, KVCache):
                 raise TypeError(f"cache must be an mha.KVCache, got {type(cache).__name__}")
 
-    def _check_mask(self, mask, q, k):
+    def _check_mask(self, mask, shape):
         if not isinstance(mask, torch.Tensor):
             raise TypeError(f"mask must be a torch.Tensor, got {type(mask).__name__}")
-        B, h, T, S = q.size(0), self.h, q.size(2), k.size(2)
+        B, _, T, S = shape
         try:
-            check_broadcast(mask, (B, h, T, S), "(B, h, T, S) =")
+            check_broadcast(mask, shape, "(B, h, T, S) =")
         except ValueError as err:
             if tuple(mask.shape) == (B, S):
                 raise ValueError(f"{err}; a (B, S) padding mask goes in as mask[:, None, None, :]") from None
+            if tuple(mask.shape) == (B, T, S):
+                raise ValueError(f"{err}; a per-sample (B, T, S) mask goes in as mask[:, None]") from None
             raise
 
     def extra_repr(self) -> str:
