@@ -47,6 +47,7 @@ def from_torch(module: nn.MultiheadAttention) -> MultiHeadAttention:
         if bias:
             m.qkv.bias.copy_(module.in_proj_bias)
             m.out.bias.copy_(module.out_proj.bias)
+    _copy_requires_grad(m, [module.in_proj_weight, module.in_proj_bias, module.out_proj.weight, module.out_proj.bias])
     return m.train(module.training)
 
 
@@ -80,4 +81,12 @@ def to_torch(m: MultiHeadAttention) -> nn.MultiheadAttention:
         if bias:
             ref.in_proj_bias.copy_(m.qkv.bias)
             ref.out_proj.bias.copy_(m.out.bias)
+    _copy_requires_grad(ref, [m.qkv.weight, m.qkv.bias, m.out.weight, m.out.bias])
     return ref.train(m.training)
+
+
+def _copy_requires_grad(target, sources):
+    # Frozen parameters stay frozen. Both modules list their parameters in the same order:
+    # the Q/K/V weight, its bias, W_O, its bias.
+    for p, src in zip(target.parameters(), [s for s in sources if s is not None]):
+        p.requires_grad_(src.requires_grad)

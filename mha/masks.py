@@ -7,6 +7,8 @@ differs from PyTorch's, is written out in the README ("The mask convention").
 
 from __future__ import annotations
 
+import numbers
+
 import torch
 
 _CONVENTION = (
@@ -77,9 +79,11 @@ def causal_mask(
         Bool tensor (T, S) on ``device``, True = may attend.
 
     Raises:
+        TypeError: T or S is not an int.
         ValueError: T or S is negative.
     """
     S = T if S is None else S
+    _check_int(T=T, S=S)
     if T < 0 or S < 0:
         raise ValueError(f"causal_mask needs T >= 0 and S >= 0, got T={T}, S={S}")
     return torch.ones(T, S, dtype=torch.bool, device=device).tril(diagonal=S - T)
@@ -104,19 +108,25 @@ def padding_mask(
         Bool tensor (B, S).
 
     Raises:
-        TypeError: lengths are not integers.
+        TypeError: lengths or S are not integers.
         ValueError: lengths are not 1-D, or a length is negative or above S.
     """
-    lengths = torch.as_tensor(lengths, device=device)
-    if lengths.dtype.is_floating_point or lengths.dtype in (torch.bool, torch.complex64, torch.complex128):
+    if not isinstance(lengths, torch.Tensor):
+        if not all(isinstance(n, numbers.Integral) and not isinstance(n, bool) for n in lengths):
+            raise TypeError(f"lengths must be integers, got {list(lengths)}")
+        lengths = torch.tensor(list(lengths), dtype=torch.long)
+    if lengths.dtype.is_floating_point or lengths.dtype.is_complex or lengths.dtype == torch.bool:
         raise TypeError(f"lengths must be integers, got {lengths.dtype}")
     if lengths.dim() != 1:
         raise ValueError(f"lengths must be 1-D (B,), got shape {tuple(lengths.shape)}")
+    device = lengths.device if device is None else device
+    values = lengths.tolist()  # checked on the host; the mask is built on `device`
     if S is None:
-        S = int(lengths.max()) if lengths.numel() else 0
-    if lengths.numel() and (int(lengths.min()) < 0 or int(lengths.max()) > S):
-        raise ValueError(f"every length must be in [0, S={S}], got {lengths.tolist()}")
-    return torch.arange(S, device=lengths.device) < lengths[:, None]
+        S = max(values, default=0)
+    _check_int(S=S)
+    if values and (min(values) < 0 or max(values) > S):
+        raise ValueError(f"every length must be in [0, S={S}], got {values}")
+    return torch.arange(S, device=device) < torch.tensor(values, dtype=torch.long, device=device)[:, None]
 
 
 def to_torch_attn_mask(
@@ -170,7 +180,12 @@ def to_additive_mask(mask: torch.Tensor, dtype: torch.dtype = torch.float32) -> 
 
     Returns:
         Tensor of the same shape and ``dtype``.
+
+    Raises:
+        TypeError: ``dtype`` is not a floating dtype.
     """
+    if not dtype.is_floating_point:
+        raise TypeError(f"an additive mask must be floating, got dtype={dtype}")
     keep = as_keep_mask(mask)
     zeros = torch.zeros(keep.shape, dtype=dtype, device=keep.device)
     return zeros.masked_fill(~keep, float("-inf"))
@@ -187,3 +202,9 @@ def check_broadcast(mask: torch.Tensor, target: tuple[int, ...], names: str = ""
         raise ValueError(
             f"mask of shape {tuple(mask.shape)} does not broadcast to{where} {tuple(target)}"
         )
+
+
+def _check_int(**sizes) -> None:
+    for name, n in sizes.items():
+        if isinstance(n, bool) or not isinstance(n, numbers.Integral):
+            raise TypeError(f"{name} must be an int, got {n!r}")

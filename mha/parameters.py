@@ -18,8 +18,9 @@ class ParameterCount(NamedTuple):
 def count_parameters(module: nn.Module) -> ParameterCount:
     """Count a module's trainable parameters, weights and biases apart.
 
-    A parameter counts as a bias when its name ends in ``bias`` (``qkv.bias``,
-    ``in_proj_bias``, ``out_proj.bias``); everything else is a weight. Works on
+    A parameter counts as a bias when its own name contains ``bias``
+    (``qkv.bias``, ``in_proj_bias``, ``out_proj.bias``, ``bias_k``);
+    everything else is a weight. Works on
     ``mha.MultiHeadAttention`` and on ``torch.nn.MultiheadAttention``.
 
     For multi-head attention with d_model = D the count is 4·D² weights plus
@@ -36,7 +37,7 @@ def count_parameters(module: nn.Module) -> ParameterCount:
     for name, p in module.named_parameters():
         if not p.requires_grad:
             continue
-        if name.rsplit(".", 1)[-1].endswith("bias"):
+        if "bias" in name.rsplit(".", 1)[-1]:  # bias, in_proj_bias, bias_k, ...
             biases += p.numel()
         else:
             weights += p.numel()

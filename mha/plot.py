@@ -46,21 +46,26 @@ def plot_heads(
         colour scale runs from 0 to the largest weight shown.
 
     Raises:
-        ValueError: weights is not 3-D or 4-D, or the labels don't match T or S.
+        ValueError: weights is not 3-D or 4-D, batch_index is out of range,
+            ncols is not positive, or the labels don't match h, T or S.
     """
     w = _as_numpy(weights)
     if w.ndim == 4:
+        if not -w.shape[0] <= batch_index < w.shape[0]:
+            raise ValueError(f"batch_index={batch_index} is out of range for batch size {w.shape[0]}")
         w = w[batch_index]
-    if w.ndim != 3:
-        raise ValueError(f"weights must be (h, T, S) or (B, h, T, S), got shape {tuple(weights.shape)}")
+    if w.ndim != 3 or w.shape[0] == 0:
+        raise ValueError(f"weights must be (h, T, S) or (B, h, T, S) with h >= 1, got shape {tuple(weights.shape)}")
     h, T, S = w.shape
     if key_tokens is None and tokens is not None and T == S:
         key_tokens = tokens
     _check_labels(tokens, T, "tokens", "T")
     _check_labels(key_tokens, S, "key_tokens", "S")
     head_names = head_names or [f"head {i}" for i in range(h)]
-
+    _check_labels(head_names, h, "head_names", "h")
     ncols = min(h, 4) if ncols is None else ncols
+    if isinstance(ncols, bool) or not isinstance(ncols, int) or ncols < 1:
+        raise ValueError(f"ncols must be a positive int, got {ncols!r}")
     nrows = math.ceil(h / ncols)
     fig, axes = plt.subplots(
         nrows, ncols, figsize=(size * ncols + 0.8, size * nrows + 0.4), squeeze=False,
