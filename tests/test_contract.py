@@ -131,3 +131,27 @@ def test_masks_are_used_on_the_inputs_device():
     q = torch.randn(1, 3, 4, device="meta")
     out, w = mha.scaled_dot_product_attention(q, q, q, torch.ones(3, 3, dtype=torch.bool), is_causal=True)
     assert out.device.type == "meta" and w.device.type == "meta"
+
+
+def test_half_precision_survives_autocast():
+    # Autocast would cast the float32 score matmul back to float16; the explicit path turns it off.
+    q = torch.full((1, 1, 2, 4), 200.0)
+    m = mha.MultiHeadAttention(8, 2)
+    x = torch.randn(1, 3, 8) * 300
+    with torch.autocast("cpu", dtype=torch.float16):
+        for need_weights in (True, False):
+            assert torch.isfinite(mha.scaled_dot_product_attention(q, q, q, need_weights=need_weights)[0]).all()
+            assert torch.isfinite(m(x, need_weights=need_weights)[0]).all()
+
+
+def test_empty_batch_and_sequences():
+    m = mha.MultiHeadAttention(8, 2)
+    assert m(torch.randn(0, 3, 8))[0].shape == (0, 3, 8)
+    assert m(torch.randn(2, 0, 8))[1].shape == (2, 2, 0, 0)
+    y, w = m(torch.randn(2, 3, 8), torch.randn(2, 0, 8))
+    assert w.shape == (2, 2, 3, 0) and torch.isfinite(y).all()
+
+
+def test_padding_mask_builds_on_the_requested_device():
+    assert mha.padding_mask([2, 3], device="meta").device.type == "meta"
+    assert mha.padding_mask([]).shape == (0, 0)

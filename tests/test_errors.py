@@ -95,3 +95,51 @@ def test_no_bare_asserts_guard_user_input():
     for path in pathlib.Path(mha.__file__).parent.glob("*.py"):
         tree = ast.parse(path.read_text())
         assert not [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Assert)], path.name
+
+
+MORE_MISUSES = [
+    ("mask passed as causal", lambda: M(x, causal=torch.ones(3, 3).bool()), TypeError, r"causal must be True or False"),
+    ("need_weights None", lambda: M(x, need_weights=None), TypeError, r"need_weights must be True or False"),
+    ("is_causal not bool", lambda: mha.scaled_dot_product_attention(q, q, q, is_causal=1), TypeError, r"is_causal"),
+    ("integer x", lambda: M(x.long()), TypeError, r"x must be a floating tensor, got torch.int64"),
+    ("per-sample (B, T, S) mask", lambda: mha.MultiHeadAttention(8, 4)(x, mask=torch.ones(2, 3, 3)), ValueError,
+     r"mask\[:, None\]"),
+    ("d_k = 0", lambda: mha.scaled_dot_product_attention(torch.randn(2, 3, 0), torch.randn(2, 3, 0), q), ValueError,
+     r"d_k must be positive"),
+    ("gqa batch dims", lambda: mha.scaled_dot_product_attention(torch.randn(2, 4, 5, 8), torch.randn(3, 2, 6, 8),
+                                                               torch.randn(3, 2, 6, 8), enable_gqa=True),
+     ValueError, r"do not broadcast"),
+    ("gqa zero kv heads", lambda: mha.scaled_dot_product_attention(torch.randn(2, 4, 5, 8), torch.randn(2, 0, 6, 8),
+                                                                  torch.randn(2, 0, 6, 8), enable_gqa=True),
+     ValueError, r"g=0"),
+    ("additive mask of bool dtype", lambda: mha.to_additive_mask(tril, dtype=torch.bool), TypeError, r"floating"),
+    ("causal_mask float size", lambda: mha.causal_mask(2.5), TypeError, r"T must be an int, got 2.5"),
+    ("padding S float", lambda: mha.padding_mask([2, 3], S=3.5), TypeError, r"S must be an int"),
+]
+
+
+@pytest.mark.parametrize("call, error, message", [c[1:] for c in MORE_MISUSES], ids=[c[0] for c in MORE_MISUSES])
+def test_more_misuse_raises_a_clear_error(call, error, message):
+    with pytest.raises(error, match=message):
+        call()
+
+
+def test_a_call_that_raises_leaves_the_cache_alone():
+    m = mha.MultiHeadAttention(8, 2).eval()
+    x = torch.randn(1, 5, 8)
+    cache = mha.KVCache()
+    m(x[:, :3], cache=cache)
+    with pytest.raises(ValueError, match=r"\(1, 2, 1, 4\)"):
+        m(x[:, 3:4], cache=cache, mask=torch.ones(1, 3))  # forgot the new token's column
+    assert len(cache) == 3
+    _, w = m(x[:, 3:4], cache=cache)
+    assert w.shape == (1, 2, 1, 4)
+
+
+def test_cache_rejects_another_dtype():
+    m = mha.MultiHeadAttention(8, 2)
+    cache = mha.KVCache()
+    m(torch.randn(1, 2, 8), cache=cache)
+    with pytest.raises(TypeError, match="fresh KVCache"):
+        m.double()(torch.randn(1, 1, 8, dtype=torch.float64), cache=cache)
+    assert len(cache) == 2

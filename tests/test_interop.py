@@ -47,3 +47,15 @@ def test_additive_mask_means_the_same_in_pytorch_sdpa():
     expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=additive)
     out, _ = mha.scaled_dot_product_attention(q, k, v, keep)
     torch.testing.assert_close(out, expected, rtol=0, atol=1e-6)
+
+
+def test_frozen_parameters_stay_frozen():
+    ref = nn.MultiheadAttention(8, 2)
+    ref.in_proj_weight.requires_grad_(False)
+    m = mha.from_torch(ref)
+    assert not m.qkv.weight.requires_grad and m.out.weight.requires_grad
+    assert [p.requires_grad for p in mha.to_torch(m).parameters()] == [False, True, True, True]
+
+
+def test_bias_kv_counts_as_bias():
+    assert mha.count_parameters(nn.MultiheadAttention(8, 2, add_bias_kv=True)).biases == 3 * 8 + 8 + 2 * 8

@@ -54,3 +54,13 @@ def test_plot_errors():
         plot_heads(torch.rand(3, 3))
     with pytest.raises(ValueError, match="0 and 1"):
         plot_mask(torch.full((2, 2), 0.5))
+
+
+def test_plot_argument_errors():
+    w = torch.rand(2, 3, 4, 4)
+    with pytest.raises(ValueError, match="batch_index=5"):
+        plot_heads(w, batch_index=5)
+    with pytest.raises(ValueError, match="ncols"):
+        plot_heads(w[0], ncols=0)
+    with pytest.raises(ValueError, match="head_names has 1 labels but h = 3"):
+        plot_heads(w[0], head_names=["a"])
