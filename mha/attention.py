@@ -19,7 +19,7 @@ import numbers
 import torch
 import torch.nn.functional as F
 
-from .masks import as_keep_mask, causal_mask, check_broadcast
+from .masks import as_keep_mask, causal_mask, check_broadcast, to_additive_mask
 
 # F.scaled_dot_product_attention shares K/V heads itself from torch 2.5 on.
 NATIVE_GQA = torch.torch_version.TorchVersion(torch.__version__) >= (2, 5)
@@ -83,9 +83,11 @@ def scaled_dot_product_attention(
     T, S = q.size(-2), k.size(-2)
     scale = 1.0 / math.sqrt(q.size(-1)) if scale is None else scale
 
-    keep = _combine_masks(mask, is_causal, q, k, v, enable_gqa)
+    # The fused kernel does plain causal self-attention itself, with no mask tensor.
+    kernel_causal = not need_weights and is_causal and mask is None and T == S
+    keep = _combine_masks(mask, is_causal and not kernel_causal, q, k, v, enable_gqa)
     has_key = None
-    if mask is not None or (is_causal and T > S):
+    if keep is not None and (mask is not None or T > S):
         # Some query may have no allowed key; its softmax would be over only -inf,
         # giving NaN. Let such rows attend everywhere (finite maths), zero them below.
         has_key = keep.any(dim=-1, keepdim=True)  # (..., T, 1)
@@ -96,9 +98,7 @@ def scaled_dot_product_attention(
         if has_key is not None:
             weights = weights * has_key
     else:
-        # Plain causal self-attention needs no mask tensor: the kernel does it.
-        plain_causal = is_causal and mask is None and T == S
-        out = _fused(q, k, v, None if plain_causal else keep, plain_causal, scale, dropout_p, enable_gqa)
+        out = _fused(q, k, v, keep, kernel_causal, scale, dropout_p, enable_gqa)
         weights = None
     if has_key is not None:
         out = out * has_key
@@ -176,7 +176,7 @@ def _combine_masks(mask, is_causal, q, k, v, enable_gqa):
     if mask is not None:
         keep = as_keep_mask(mask, device=q.device)
         check_broadcast(keep, (*batch, T, S), "(..., T, S) =")
-    if is_causal:
+    if is_causal and T > 1:  # a single query is the last position: it sees every key
         causal = causal_mask(T, S, device=q.device)  # (T, S)
         keep = causal if keep is None else keep & causal
     return keep
@@ -191,7 +191,9 @@ def _explicit(q, k, v, keep, scale, dropout_p, enable_gqa):
     with _autocast_off(q.device.type):
         scores = (q.to(work) * scale) @ k.to(work).transpose(-2, -1)  # (..., T, S)
         if keep is not None:
-            scores = scores.masked_fill(~keep, float("-inf"))
+            # -inf where blocked. Added in place, not masked_fill: neither the forward
+            # nor the backward pass then copies the (..., T, S) table again.
+            scores += to_additive_mask(keep, scores.dtype)
         weights = torch.softmax(scores, dim=-1).to(q.dtype)  # (..., T, S), rows sum to 1
     if dropout_p > 0:
         weights = F.dropout(weights, p=dropout_p)
