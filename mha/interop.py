@@ -33,8 +33,10 @@ def from_torch(module: nn.MultiheadAttention) -> MultiHeadAttention:
             f"not supported: kdim={module.kdim} / vdim={module.vdim} differ from "
             f"embed_dim={d_model}; mha keeps Q, K and V in one (3*d_model, d_model) matrix"
         )
-    if module.bias_k is not None or module.add_zero_attn:
-        raise ValueError("not supported: add_bias_kv=True or add_zero_attn=True")
+    if module.bias_k is not None:
+        raise ValueError("not supported: add_bias_kv=True (learned extra key and value)")
+    if module.add_zero_attn:
+        raise ValueError("not supported: add_zero_attn=True (an extra all-zero key and value)")
     bias = module.in_proj_bias is not None
     weight = module.in_proj_weight
     m = MultiHeadAttention(

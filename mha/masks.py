@@ -35,28 +35,37 @@ def as_keep_mask(mask: torch.Tensor, device: torch.device | str | None = None) -
             An additive float mask (0 = attend, -inf = blocked, the style of
             ``F.scaled_dot_product_attention``'s float masks) lands here: it is
             never reinterpreted silently. Convert it with ``additive == 0``.
+            So does a float mask of all zeros: as a keep-mask it would block
+            everything, and it is most likely an additive mask blocking nothing.
     """
     if not isinstance(mask, torch.Tensor):
         raise TypeError(f"mask must be a torch.Tensor, got {type(mask).__name__}")
     if mask.dtype.is_complex:
         raise TypeError(f"mask must be bool, integer or float, got {mask.dtype}")
     mask = mask.detach().to(device) if device is not None else mask.detach()
-    if mask.dtype != torch.bool:
-        is_binary = (mask == 0) | (mask == 1)
-        if not bool(is_binary.all()):
-            bad = mask[~is_binary].unique()[:4].tolist()
+    if mask.dtype == torch.bool:
+        return mask
+    is_binary = (mask == 0) | (mask == 1)
+    if not bool(is_binary.all()):
+        bad = sorted({str(v) for v in mask[~is_binary].tolist()})[:4]
+        hint = ""
+        if mask.is_floating_point() and bool((mask < 0).any()):
             hint = (
                 " It looks like an additive mask (0 = attend, -inf = blocked); "
                 "convert it with `keep = (additive_mask == 0)`."
-                if mask.is_floating_point()
-                else ""
             )
-            raise ValueError(
-                f"{mask.dtype} mask holds values other than 0 and 1 (e.g. {bad}). "
-                f"{_CONVENTION}.{hint}"
-            )
-        mask = mask.bool()
-    return mask
+        raise ValueError(
+            f"{mask.dtype} mask holds values other than 0 and 1 (e.g. {', '.join(bad)}). {_CONVENTION}.{hint}"
+        )
+    if mask.is_floating_point() and mask.numel() and not bool(mask.any()):
+        # All zeros: as a keep-mask it blocks every key, which nobody means; as an
+        # additive mask it blocks nothing. Refuse to guess.
+        raise ValueError(
+            f"float mask of shape {tuple(mask.shape)} is all zeros, which as a keep-mask blocks every key. "
+            f"{_CONVENTION}. If it is an additive mask with nothing blocked, pass mask=None "
+            "(or a bool mask: `keep = (additive_mask == 0)`)."
+        )
+    return mask.bool()
 
 
 def causal_mask(

@@ -174,3 +174,14 @@ def test_C9_wrong_layouts_are_really_wrong():
         with torch.no_grad():
             m.qkv.weight.copy_(wrong)
         assert not torch.allclose(m(x, causal=False)[0], y_ref)
+
+
+def test_C2_all_zero_float_mask_is_refused():
+    # An additive mask that blocks nothing is all zeros; read as a keep-mask it would block everything.
+    m = mha.MultiHeadAttention(8, 2)
+    nothing_blocked = mha.to_additive_mask(mha.padding_mask([3, 3]))[:, None, None, :]
+    with pytest.raises(ValueError, match="all zeros"):
+        m(torch.randn(2, 3, 8), mask=nothing_blocked, causal=False)
+    # An all-False bool mask is unambiguous: every row is blocked and comes out zero.
+    out, w = mha.scaled_dot_product_attention(*(torch.randn(1, 3, 4),) * 3, torch.zeros(3, 3, dtype=torch.bool))
+    assert torch.equal(out, torch.zeros(1, 3, 4)) and torch.equal(w, torch.zeros(1, 3, 3))
