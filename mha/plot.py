@@ -93,7 +93,10 @@ def plot_mask(
     title: str | None = None,
     size: float = 3.0,
 ) -> Figure:
-    """Draw a 2-D keep-mask: dark = may attend (True/1), light = blocked.
+    """Draw a 2-D keep-mask: bright = may attend (True/1), dark = blocked.
+
+    The colours match :func:`plot_heads`, where a blocked key gets weight 0
+    and is drawn dark.
 
     Args:
         mask: (T, S) keep-mask, bool, integer or float 0/1, any device.
@@ -118,7 +121,7 @@ def plot_mask(
     _check_labels(tokens, T, "tokens", "T")
     _check_labels(key_tokens, S, "key_tokens", "S")
     fig, ax = plt.subplots(figsize=(size * S / max(T, 1) + 0.6, size), constrained_layout=True)
-    ax.imshow(_as_numpy(keep.float()), vmin=0.0, vmax=1.0, cmap="Blues")
+    ax.imshow(_as_numpy(keep.float()), vmin=0.0, vmax=1.0, cmap="viridis")
     _label_axes(ax, tokens, key_tokens)
     ax.set_xlabel("key")
     ax.set_ylabel("query")
