@@ -1,4 +1,4 @@
-"""``python -m mha``: the article's walk-through, headless."""
+"""python -m mha: the article's walk-through, headless."""
 
 import argparse
 import sys

@@ -92,8 +92,12 @@ class MultiHeadAttention(nn.Module):
                 says: x and context are different sequences, so "later" has no
                 meaning between them. Pass ``mask`` to restrict cross-attention.
             mask: keep-mask (True/1 = may attend) that broadcasts to
-                (B, h, T, S). A (B, S) padding mask goes in as
-                ``mask[:, None, None, :]`` (see ``mha.padding_mask``).
+                (B, h, T, S); combined with ``causal``, a key must be allowed
+                by both. A (B, S) padding mask goes in as
+                ``mask[:, None, None, :]`` (see ``mha.padding_mask``), a
+                per-sample (B, T, S) mask as ``mask[:, None]``. Shapes follow
+                broadcasting from the right, so a 2-D mask is always (T, S)
+                and a 3-D one (h, T, S), even when B happens to equal T or h.
             need_weights: True returns the per-head weights; False returns
                 None and takes the fused ``F.scaled_dot_product_attention`` path.
             cache: a ``KVCache`` for incremental decoding (self-attention

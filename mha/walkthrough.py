@@ -59,8 +59,8 @@ def walkthrough(d_model: int = 32, h: int = 4, B: int = 2, T: int = 6, seed: int
     lines += [
         "",
         "Parameters (weights + biases = total):",
-        f"  1 head : {wide.weights:,} + {wide.biases:,} = {wide.total:,}",
-        f"  {h} heads: {many.weights:,} + {many.biases:,} = {many.total:,}",
+        f"  {'1 head:':<10}{wide.weights:,} + {wide.biases:,} = {wide.total:,}",
+        f"  {f'{h} heads:':<10}{many.weights:,} + {many.biases:,} = {many.total:,}",
         f"  formula 4*d_model^2 + 4*d_model = {4 * d_model**2 + 4 * d_model:,}",
     ]
 
@@ -72,10 +72,10 @@ def walkthrough(d_model: int = 32, h: int = 4, B: int = 2, T: int = 6, seed: int
     lines += [
         "",
         "Check against PyTorch (float64):",
-        f"  module == step by step:            {torch.equal(y_mod, y)}",
-        f"  y vs nn.MultiheadAttention:        max |diff| = {_diff(y, y_ref)}",
-        f"  weights vs nn.MultiheadAttention:  max |diff| = {_diff(w, w_ref)}",
-        f"  y vs F.scaled_dot_product_attention: max |diff| = {_diff(y, y_sdpa)}",
+        f"  {'module == step by step:':<40}{torch.equal(y_mod, y)}",
+        f"  {'y vs nn.MultiheadAttention:':<40}max |diff| = {_diff(y, y_ref)}",
+        f"  {'weights vs nn.MultiheadAttention:':<40}max |diff| = {_diff(w, w_ref)}",
+        f"  {'y vs F.scaled_dot_product_attention:':<40}max |diff| = {_diff(y, y_sdpa)}",
     ]
     return lines
 
