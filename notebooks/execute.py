@@ -27,8 +27,23 @@ def execute(path: Path) -> None:
     nb.metadata = {"kernelspec": KERNELSPEC, "language_info": {"name": "python"}}
     for cell in nb.cells:
         cell.metadata.pop("execution", None)
+        if cell.cell_type == "code":
+            cell.outputs = merge_streams(cell.outputs)
     nbformat.write(nb, path)
     print(f"executed {path.name}")
+
+
+def merge_streams(outputs):
+    """Join consecutive stdout (or stderr) chunks, so that how the kernel happened to
+    flush a cell's prints does not change the stored notebook."""
+    merged = []
+    for out in outputs:
+        prev = merged[-1] if merged else None
+        if out.output_type == "stream" and prev is not None and prev.output_type == "stream" and prev.name == out.name:
+            prev.text += out.text
+        else:
+            merged.append(out)
+    return merged
 
 
 if __name__ == "__main__":
