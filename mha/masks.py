@@ -92,7 +92,7 @@ def causal_mask(
         ValueError: T or S is negative.
     """
     S = T if S is None else S
-    _check_int(T=T, S=S)
+    check_int(T=T, S=S)
     if T < 0 or S < 0:
         raise ValueError(f"causal_mask needs T >= 0 and S >= 0, got T={T}, S={S}")
     return torch.ones(T, S, dtype=torch.bool, device=device).tril(diagonal=S - T)
@@ -132,7 +132,7 @@ def padding_mask(
     values = lengths.tolist()  # checked on the host; the mask is built on `device`
     if S is None:
         S = max(values, default=0)
-    _check_int(S=S)
+    check_int(S=S)
     if values and (min(values) < 0 or max(values) > S):
         raise ValueError(f"every length must be in [0, S={S}], got {values}")
     return torch.arange(S, device=device) < torch.tensor(values, dtype=torch.long, device=device)[:, None]
@@ -213,7 +213,8 @@ def check_broadcast(mask: torch.Tensor, target: tuple[int, ...], names: str = ""
         )
 
 
-def _check_int(**sizes) -> None:
+def check_int(**sizes) -> None:
+    """Raise TypeError unless every size is an int (bools don't count)."""
     for name, n in sizes.items():
         if isinstance(n, bool) or not isinstance(n, numbers.Integral):
             raise TypeError(f"{name} must be an int, got {n!r}")

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import numbers
-
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -11,7 +9,7 @@ from torch import nn
 from .attention import check_dropout, check_flags, scaled_dot_product_attention
 from .cache import KVCache
 from .heads import merge_heads, split_heads
-from .masks import check_broadcast
+from .masks import check_broadcast, check_int
 
 
 class MultiHeadAttention(nn.Module):
@@ -206,9 +204,8 @@ class MultiHeadAttention(nn.Module):
 
 
 def _check_sizes(d_model, h, n_kv_heads):
+    check_int(d_model=d_model, h=h, n_kv_heads=n_kv_heads)
     for name, n in (("d_model", d_model), ("h", h), ("n_kv_heads", n_kv_heads)):
-        if isinstance(n, bool) or not isinstance(n, numbers.Integral):
-            raise TypeError(f"{name} must be an int, got {n!r}")
         if n <= 0:
             raise ValueError(f"{name} must be positive, got {n}")
     if d_model % h:
