@@ -16,6 +16,8 @@ ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 REPO_URL = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]["Homepage"]
 GITHUB_PATH = REPO_URL.removeprefix("https://github.com/")
+COLAB = f"https://colab.research.google.com/github/{GITHUB_PATH}/blob/main/"
+VERSION = re.search(r'__version__ = "([^"]+)"', (ROOT / "mha" / "__init__.py").read_text()).group(1)
 
 
 def cells(path, kind=None):
@@ -27,17 +29,25 @@ def source(cell):
     return "".join(cell["source"])
 
 
+SERIES = [
+    "01_scaled_dot_product_attention",
+    "02_multi_head_attention",
+    "04_masks_and_padding",
+    "05_heads_specialise",
+    "06_efficient_attention",
+]
+
+
 def test_the_series_is_there():
-    names = [p.name for p in NOTEBOOKS]
-    for prefix in ["01_", "02_multi_head_attention", "03_masks_and_padding", "04_", "05_"]:
-        assert any(n.startswith(prefix) for n in names), prefix
+    names = [p.stem for p in NOTEBOOKS]
+    assert [n for n in names if n in SERIES] == SERIES
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_title_and_colab_badge_point_at_the_project(path):
     first = source(cells(path)[0])
     assert cells(path)[0]["cell_type"] == "markdown" and first.startswith("# ")
-    badges = re.findall(r"https://colab\.research\.google\.com/github/([^)\s]+)", first)
+    badges = re.findall(r"colab-badge\.svg\)\]\(https://colab\.research\.google\.com/github/([^)\s]+)\)", first)
     assert badges == [f"{GITHUB_PATH}/blob/main/notebooks/{path.name}"]
 
 
@@ -45,8 +55,9 @@ def test_title_and_colab_badge_point_at_the_project(path):
 def test_install_cell_is_guarded_and_uses_the_project_url(path):
     install = source(cells(path, "code")[0])
     assert 'if "google.colab" in sys.modules:' in install
+    # Pinned to the release the notebook was executed with, so it never meets a newer library.
     urls = re.findall(r"pip install .*?(git\+\S+)", install)
-    assert urls == [f"git+{REPO_URL}"]
+    assert urls == [f"git+{REPO_URL}@v{VERSION}"]
     # Every URL of the project anywhere in the notebook is the one from pyproject.
     text = path.read_text()
     assert set(re.findall(r"github\.com/([\w.-]+/[\w.-]+?)(?:/|\.git|\b)", text)) <= {GITHUB_PATH}
@@ -71,3 +82,18 @@ def test_ignored_outputs_are_only_timing_or_training(path):
         src = source(c)
         if "NBVAL_IGNORE_OUTPUT" in src:
             assert re.search(r"tqdm|benchmark|Timer|timeit|perf_counter", src), src[:200]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS + [ROOT / "README.md"], ids=lambda p: p.name)
+def test_links_to_notebooks_are_absolute_and_exist(path):
+    """Relative .ipynb links break in Colab and in copies saved to Drive; absolute ones must point somewhere real."""
+    text = path.read_text()
+    if path.suffix == ".ipynb":
+        text = "\n".join(source(c) for c in cells(path, "markdown"))
+    targets = re.findall(r"\]\(([^)\s]+\.ipynb)\)", text)
+    assert targets, f"{path.name} links to no notebook"
+    for target in targets:
+        if path.suffix == ".ipynb":
+            assert target.startswith(COLAB), f"{path.name}: relative or foreign notebook link {target}"
+        rel = target.removeprefix(COLAB)
+        assert (ROOT / rel).is_file(), f"{path.name} links to {target}, which does not exist"
