@@ -25,8 +25,23 @@ def plot_heads(
     head_names: Sequence[str] | None = None,
     cmap: str = "viridis",
     size: float = 2.6,
+    vmax: float | None = None,
 ) -> Figure:
     """Draw one heatmap per head, on one shared colour scale with one colorbar.
+
+    Rows are queries (y axis, labelled "query"), columns are keys (x axis,
+    labelled "key"); bright = much weight.
+
+    The colour scale runs from 0 to ``vmax``. By default ``vmax`` is the
+    largest weight in the rows that *have a choice*, i.e. that spread their
+    weight over two keys or more. A row whose whole weight sits on one key is
+    left out of that maximum: under a causal mask row 0 can see only key 0 and
+    always gives it 1.0, and that forced 1.0 says nothing about the head, yet
+    as the top of the scale it would wash every other row out to dark colours
+    (an untrained head's later rows hold weights of about 1/T). Such a weight
+    is still drawn, in the top colour, and the colorbar then ends in an arrow
+    ("extend='max'") to show that some values lie above the scale. When no
+    row has a choice, the scale runs to the largest weight.
 
     Args:
         weights: (h, T, S), or (B, h, T, S) with ``batch_index`` choosing the
@@ -38,16 +53,21 @@ def plot_heads(
         ncols: heads per row of the grid; default min(h, 4).
         title: figure title.
         head_names: one subplot title per head; default "head 0", "head 1", ...
-        cmap: matplotlib colormap.
+        cmap: matplotlib colormap; the default, viridis, reads the same
+            for colour-blind viewers and in greyscale.
         size: inches per subplot.
+        vmax: top of the colour scale; a positive number, or None for the
+            default described above. Pass 1.0 to compare figures on one
+            absolute scale.
 
     Returns:
-        The matplotlib Figure (h heatmap axes plus one colorbar axis). The
-        colour scale runs from 0 to the largest weight shown.
+        The matplotlib Figure (h heatmap axes plus one colorbar axis), all
+        heatmaps on the colour scale 0 to vmax.
 
     Raises:
         ValueError: weights is not 3-D or 4-D, batch_index is out of range,
-            ncols is not positive, or the labels don't match h, T or S.
+            ncols is not positive, vmax is not a positive finite number, or
+            the labels don't match h, T or S.
     """
     w = _as_numpy(weights)
     if w.ndim == 4:
@@ -67,11 +87,17 @@ def plot_heads(
     if isinstance(ncols, bool) or not isinstance(ncols, int) or ncols < 1:
         raise ValueError(f"ncols must be a positive int, got {ncols!r}")
     nrows = math.ceil(h / ncols)
+    if vmax is None:
+        has_choice = (w > 0).sum(-1) >= 2  # (h, T): rows with weight on two keys or more
+        shown = w[has_choice] if has_choice.any() else w
+        vmax = float(shown.max()) if shown.size else 1.0
+        vmax = vmax if vmax > 0 else 1.0  # all-zero weights (every key blocked): any scale will do
+    elif isinstance(vmax, bool) or not isinstance(vmax, (int, float)) or not 0 < vmax < math.inf:
+        raise ValueError(f"vmax must be a positive finite number or None, got {vmax!r}")
     fig, axes = plt.subplots(
         nrows, ncols, figsize=(size * ncols + 0.8, size * nrows + 0.4), squeeze=False,
         constrained_layout=True,
     )
-    vmax = float(w.max()) if w.size else 1.0
     for i, ax in enumerate(axes.flat):
         if i >= h:
             ax.remove()  # an empty slot at the end of the grid
@@ -79,7 +105,12 @@ def plot_heads(
         image = ax.imshow(w[i], vmin=0.0, vmax=vmax, cmap=cmap)
         ax.set_title(head_names[i], fontsize=9)
         _label_axes(ax, tokens, key_tokens)
-    fig.colorbar(image, ax=axes.ravel().tolist()[:h], shrink=0.8, label="attention weight")
+        if i % ncols == 0:  # first column
+            ax.set_ylabel("query")
+        if i + ncols >= h:  # no heatmap below this one
+            ax.set_xlabel("key")
+    extend = "max" if (w > vmax).any() else "neither"
+    fig.colorbar(image, ax=axes.ravel().tolist()[:h], shrink=0.8, label="attention weight", extend=extend)
     if title:
         fig.suptitle(title)
     return fig

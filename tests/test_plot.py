@@ -31,6 +31,40 @@ def test_plot_heads_structure():
     assert [ax.get_title() for ax in heat] == ["head 0", "head 1", "head 2", "head 3"]
 
 
+def test_plot_heads_axes_say_query_and_key():
+    fig = plot_heads(torch.softmax(torch.randn(6, 3, 3), -1), ncols=4)  # a 4 + 2 grid
+    heat = [ax for ax in fig.axes if ax.images]
+    assert [ax.get_ylabel() for ax in heat] == ["query", "", "", "", "query", ""]  # first column
+    # the x label goes on the lowest heatmap of each column: heads 2 and 3 have none below them
+    assert [ax.get_xlabel() for ax in heat] == ["", "", "key", "key", "key", "key"]
+
+
+def test_plot_heads_scale_is_not_set_by_a_forced_row():
+    # Under a causal mask row 0 sees one key and puts 1.0 on it, whatever the head does.
+    q, k, v = torch.randn(3, 1, 2, 5, 4).unbind(0)
+    _, w = mha.scaled_dot_product_attention(q, k, v, is_causal=True)  # (1, 2, 5, 5)
+    assert (w[0, :, 0, 0] == 1).all()
+    top_with_choice = w[0, :, 1:].max().item()  # rows 1..4 spread over 2 keys or more
+    assert top_with_choice < 1
+    images = [ax.images[0] for ax in plot_heads(w).axes if ax.images]
+    assert [im.get_clim() for im in images] == [(0.0, pytest.approx(top_with_choice))] * 2
+    assert images[0].get_array()[0, 0] == 1.0  # the forced weight is drawn (in the top colour), not dropped
+    assert images[-1].colorbar.extend == "max"  # and the colorbar says that values lie above the scale
+
+
+def test_plot_heads_vmax():
+    w = torch.eye(3).expand(2, 3, 3)  # every row forced onto one key: the scale falls back to the largest weight
+    image = [ax for ax in plot_heads(w).axes if ax.images][-1].images[0]
+    assert image.get_clim() == (0.0, 1.0) and image.colorbar.extend == "neither"
+    image = [ax for ax in plot_heads(w * 0.25, vmax=0.5).axes if ax.images][-1].images[0]
+    assert image.get_clim() == (0.0, 0.5)
+    image = [ax for ax in plot_heads(torch.zeros(1, 2, 2)).axes if ax.images][0].images[0]
+    assert image.get_clim() == (0.0, 1.0)  # all weights 0 (every key blocked): still a valid scale
+    for bad in (0, -1.0, float("inf"), float("nan"), True, "1"):
+        with pytest.raises(ValueError, match="vmax must be a positive finite number"):
+            plot_heads(w, vmax=bad)
+
+
 def test_plot_heads_grid_and_grad_tensors():
     m = mha.MultiHeadAttention(24, 6)
     _, w = m(torch.randn(1, 4, 24))
