@@ -37,7 +37,8 @@ def test_the_series_is_there():
 def test_title_and_colab_badge_point_at_the_project(path):
     first = source(cells(path)[0])
     assert cells(path)[0]["cell_type"] == "markdown" and first.startswith("# ")
-    badges = re.findall(r"https://colab\.research\.google\.com/github/([^)\s]+)", first)
+    # The badge, not links to other notebooks (which are Colab URLs too)
+    badges = re.findall(r"\[!\[Open In Colab\]\([^)]*\)\]\(https://colab\.research\.google\.com/github/([^)\s]+)\)", first)
     assert badges == [f"{GITHUB_PATH}/blob/main/notebooks/{path.name}"]
 
 
