@@ -38,7 +38,8 @@ def test_title_and_colab_badge_point_at_the_project(path):
     first = source(cells(path)[0])
     assert cells(path)[0]["cell_type"] == "markdown" and first.startswith("# ")
     # The badge, not links to other notebooks (which are Colab URLs too)
-    badges = re.findall(r"\[!\[Open In Colab\]\([^)]*\)\]\(https://colab\.research\.google\.com/github/([^)\s]+)\)", first)
+    badge = r"\[!\[Open In Colab\]\([^)]*\)\]\(https://colab\.research\.google\.com/github/([^)\s]+)\)"
+    badges = re.findall(badge, first)
     assert badges == [f"{GITHUB_PATH}/blob/main/notebooks/{path.name}"]
 
 
