@@ -376,22 +376,30 @@ def _some_heads(module: MultiHeadAttention, rank: int, world_size: int) -> Multi
     forward is the class's own, unchanged: no attention math is repeated here.
     """
     weight = module.qkv.weight
+    has_bias = module.qkv.bias is not None
+    # Built on the meta device and then given uninitialised memory: no random initialisation,
+    # so making a shard does not move the random number generator (the caller's next
+    # torch.randn is the same with and without it).
     local = MultiHeadAttention(
-        module.d_model, module.h, n_kv_heads=module.n_kv_heads, bias=module.qkv.bias is not None,
+        module.d_model, module.h, n_kv_heads=module.n_kv_heads, bias=has_bias,
         dropout=module.dropout, device="meta", dtype=weight.dtype,
     )
     h, g, d_k = module.h // world_size, module.n_kv_heads // world_size, module.d_k
     local.h, local.n_kv_heads = h, g
     local._widths = [h * d_k, g * d_k, g * d_k]  # rows of this rank's W_Q, W_K, W_V in its qkv
-    rows, cols = qkv_rows(module, rank, world_size).to(weight.device), out_columns(module, rank, world_size)
-    local.qkv = nn.Linear(module.d_model, len(rows), bias=module.qkv.bias is not None,
-                          device=weight.device, dtype=weight.dtype)
-    local.out = nn.Linear(len(cols), module.d_model, bias=False, device=weight.device, dtype=weight.dtype)
+    rows, cols = qkv_rows(module, rank, world_size), out_columns(module, rank, world_size)
+    local.qkv = nn.Linear(module.d_model, len(rows), bias=has_bias, device="meta", dtype=weight.dtype)
+    local.out = nn.Linear(len(cols), module.d_model, bias=False, device="meta", dtype=weight.dtype)
+    local.to_empty(device=weight.device)
     with torch.no_grad():
-        local.qkv.weight.copy_(weight[rows])
-        if module.qkv.bias is not None:
-            local.qkv.bias.copy_(module.qkv.bias[rows])
+        local.qkv.weight.copy_(weight[rows.to(weight.device)])
+        if has_bias:
+            local.qkv.bias.copy_(module.qkv.bias[rows.to(weight.device)])
         local.out.weight.copy_(module.out.weight[:, cols.to(weight.device)])
+    for mine, theirs in ((local.qkv.weight, weight), (local.qkv.bias, module.qkv.bias),
+                         (local.out.weight, module.out.weight)):
+        if mine is not None:
+            mine.requires_grad_(theirs.requires_grad)  # frozen stays frozen
     local.train(module.training)
     return local
 

@@ -138,8 +138,17 @@ def _errors():
     return out
 
 
+def _rng_untouched():
+    """Making a shard draws no random numbers: the caller's next torch.randn is unchanged."""
+    m = mha.MultiHeadAttention(D_MODEL, H)
+    before = torch.get_rng_state()
+    shard_heads(m)
+    return torch.equal(torch.get_rng_state(), before)
+
+
 def _on_each_rank():
     out = {name: _compare(name) for name in CONFIGS}
+    out["rng_untouched"] = _rng_untouched()
     out["decode"] = _decode()
     out["colwise"] = _colwise_parallel_qkv()
     out["errors"] = _errors()
@@ -177,6 +186,10 @@ def test_shard_equals_the_full_module(ranks, name):
 
 def test_cross_attention_checks_context_grad(ranks):
     assert all("context.grad" in res["cross_padding"] for res in ranks)
+
+
+def test_sharding_draws_no_random_numbers(ranks):
+    assert [res["rng_untouched"] for res in ranks] == [True, True]
 
 
 def test_decoding_with_a_cache_per_rank(ranks):
