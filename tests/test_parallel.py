@@ -73,7 +73,21 @@ def _compare(name):
     r = dist.get_rank()
     rows, cols = qkv_rows(full, r, N), out_columns(full, r, N)
     heads = slice(r * h // N, (r + 1) * h // N)
+    g = h if g is None else g
+    kv_heads = slice(r * g // N, (r + 1) * g // N)
+    # The shard's weights, head by head, against W_Q, W_K, W_V and W_O cut out of the full layer
+    # by their own shapes (not through qkv_rows): the layout the fused-qkv trap would break.
+    d_k = D_MODEL // h
+    W_Q, W_K, W_V = full.qkv.weight.detach().split([h * d_k, g * d_k, g * d_k])
+    mine_Q, mine_K, mine_V = shard.heads.qkv.weight.detach().split([h // N * d_k, g // N * d_k, g // N * d_k])
+    W_O = full.out.weight.detach().view(D_MODEL, h, d_k)  # (d_model, head, d_k): columns per head
     out = {
+        "layout": [
+            torch.equal(mine_Q.view(-1, d_k, D_MODEL), W_Q.view(h, d_k, D_MODEL)[heads]),
+            torch.equal(mine_K.view(-1, d_k, D_MODEL), W_K.view(g, d_k, D_MODEL)[kv_heads]),
+            torch.equal(mine_V.view(-1, d_k, D_MODEL), W_V.view(g, d_k, D_MODEL)[kv_heads]),
+            torch.equal(shard.heads.out.weight.detach(), W_O[:, heads].reshape(D_MODEL, -1)),
+        ],
         "y": _maxdiff(y2, y),
         "x.grad": _maxdiff(x2.grad, x.grad),
         "qkv.weight.grad": _maxdiff(shard.heads.qkv.weight.grad, full.qkv.weight.grad[rows]),
@@ -176,6 +190,7 @@ def test_shard_equals_the_full_module(ranks, name):
             if got.get(key) is not None:
                 assert got[key] <= 1e-10, (r, key, got[key])
         assert got["heads"] == (range(r * h // N, (r + 1) * h // N), range(r * g // N, (r + 1) * g // N))
+        assert got["layout"] == [True] * 4  # its W_Q, W_K, W_V heads and W_O columns
         if CONFIGS[name][5]:
             assert got["w_shape"] == (2, h // N, 5, 7 if CONFIGS[name][3] else 5)
         else:
