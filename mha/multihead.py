@@ -144,10 +144,10 @@ class MultiHeadAttention(nn.Module):
         """
         if context is None:  # self-attention: one matmul for Q, K and V
             return self.qkv(x).split(self._widths, dim=-1)
-        W_Q, W_KV = self.qkv.weight.split([self.d_model, 2 * self._widths[1]])
+        W_Q, W_KV = self.qkv.weight.split([self._widths[0], 2 * self._widths[1]])
         b_Q = b_KV = None
         if self.qkv.bias is not None:
-            b_Q, b_KV = self.qkv.bias.split([self.d_model, 2 * self._widths[1]])
+            b_Q, b_KV = self.qkv.bias.split([self._widths[0], 2 * self._widths[1]])
         k, v = F.linear(context, W_KV, b_KV).split(self._widths[1:], dim=-1)
         return F.linear(x, W_Q, b_Q), k, v
 

@@ -35,6 +35,7 @@ SERIES = [
     "04_masks_and_padding",
     "05_heads_specialise",
     "06_efficient_attention",
+    "07_heads_across_devices",
 ]
 
 
