@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from .masks import as_keep_mask, causal_mask, check_broadcast, to_additive_mask
+from .sizes import known_true
 
 # F.scaled_dot_product_attention shares K/V heads itself from torch 2.5 on.
 NATIVE_GQA = torch.torch_version.TorchVersion(torch.__version__) >= (2, 5)
@@ -83,11 +84,13 @@ def scaled_dot_product_attention(
     T, S = q.size(-2), k.size(-2)
     scale = 1.0 / math.sqrt(q.size(-1)) if scale is None else scale
 
+    # Length logic goes through known_true, so that symbolic lengths (compile, export,
+    # tracing) take a shortcut only where it is right for every length (mha/sizes.py).
     # The fused kernel does plain causal self-attention itself, with no mask tensor.
-    kernel_causal = not need_weights and is_causal and mask is None and T == S
+    kernel_causal = not need_weights and is_causal and mask is None and known_true(T == S)
     keep = _combine_masks(mask, is_causal and not kernel_causal, q, k, v, enable_gqa)
     has_key = None
-    if keep is not None and (mask is not None or T > S):
+    if keep is not None and (mask is not None or not known_true(T <= S)):
         # Some query may have no allowed key; its softmax would be over only -inf,
         # giving NaN. Let such rows attend everywhere (finite maths), zero them below.
         has_key = keep.any(dim=-1, keepdim=True)  # (..., T, 1)
@@ -176,7 +179,7 @@ def _combine_masks(mask, is_causal, q, k, v, enable_gqa):
     if mask is not None:
         keep = as_keep_mask(mask, device=q.device)
         check_broadcast(keep, (*batch, T, S), "(..., T, S) =")
-    if is_causal and T > 1:  # a single query is the last position: it sees every key
+    if is_causal and not known_true(T <= 1):  # a single query is the last position: it sees every key
         causal = causal_mask(T, S, device=q.device)  # (T, S)
         keep = causal if keep is None else keep & causal
     return keep

@@ -9,7 +9,8 @@ from torch import nn
 from .attention import check_dropout, check_flags, scaled_dot_product_attention
 from .cache import KVCache
 from .heads import merge_heads, split_heads
-from .masks import check_broadcast, check_int
+from .masks import check_broadcast
+from .sizes import check_int
 
 
 class MultiHeadAttention(nn.Module):

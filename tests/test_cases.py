@@ -185,3 +185,42 @@ def test_C2_all_zero_float_mask_is_refused():
     # An all-False bool mask is unambiguous: every row is blocked and comes out zero.
     out, w = mha.scaled_dot_product_attention(*(torch.randn(1, 3, 4),) * 3, torch.zeros(3, 3, dtype=torch.bool))
     assert torch.equal(out, torch.zeros(1, 3, 4)) and torch.equal(w, torch.zeros(1, 3, 3))
+
+
+@pytest.mark.parametrize("dynamic", [True, False])
+@pytest.mark.parametrize("need_weights", [True, False])
+def test_C10_compiled_layer_matches_eager(need_weights, dynamic, graphs):
+    # The fault: length logic in plain Python (`T == S` handed to is_causal, int checks on sizes)
+    # fails once torch.compile makes the lengths symbolic.
+    m = mha.MultiHeadAttention(16, 4).eval()
+    f = torch.compile(m, backend=graphs, fullgraph=True, dynamic=dynamic)
+    for T in (7, 11):
+        x = torch.randn(2, T, 16)
+        y, w = f(x, need_weights=need_weights)
+        y_ref, w_ref = m(x, need_weights=need_weights)
+        torch.testing.assert_close(y, y_ref, rtol=0, atol=1e-6)
+        if need_weights:
+            torch.testing.assert_close(w, w_ref, rtol=0, atol=1e-6)
+        else:
+            assert w is None
+    assert graphs.count == (1 if dynamic else 2)  # dynamic: one graph serves every length
+
+
+@pytest.mark.parametrize("need_weights, n_kv_heads", [(True, None), (False, None), (False, 2)])
+def test_C10_compiled_decode_loop_with_kv_cache(need_weights, n_kv_heads, graphs):
+    m = mha.MultiHeadAttention(16, 4, n_kv_heads=n_kv_heads).eval()
+    steps = 17
+    x = torch.randn(2, steps, 16)
+    full, w_full = m(x)
+    step = torch.compile(m, backend=graphs, fullgraph=True)
+    cache = mha.KVCache()
+    ys = []
+    for t in range(steps):
+        y, w = step(x[:, t : t + 1], cache=cache, need_weights=need_weights)
+        ys.append(y)
+        if need_weights:  # the new token's row of the full causal table
+            torch.testing.assert_close(w, w_full[:, :, t : t + 1, : t + 1], rtol=0, atol=1e-6)
+    torch.testing.assert_close(torch.cat(ys, dim=1), full, rtol=0, atol=1e-6)
+    assert len(cache) == steps
+    # An empty cache, a one-token cache, then one graph for every longer cache: no recompiling per step.
+    assert graphs.count <= 3
