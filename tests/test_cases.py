@@ -224,3 +224,62 @@ def test_C10_compiled_decode_loop_with_kv_cache(need_weights, n_kv_heads, graphs
     assert len(cache) == steps
     # An empty cache, a one-token cache, then one graph for every longer cache: no recompiling per step.
     assert graphs.count <= 3
+
+
+@pytest.mark.parametrize("need_weights", [True, False])
+def test_C11_stacked_layers_under_bfloat16_autocast(need_weights):
+    # The fault: the second layer refused the bfloat16 activations autocast hands it from the first.
+    m1, m2 = mha.MultiHeadAttention(16, 4), mha.MultiHeadAttention(16, 4)
+    t1, t2 = mha.to_torch(m1), mha.to_torch(m2)
+    x = torch.randn(2, 5, 16)
+    blocked = mha.to_torch_attn_mask(mha.causal_mask(5))
+
+    def stack(layers, params, autocast):
+        x_ = x.clone().requires_grad_()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            y = x_
+            for layer in layers:
+                y = layer(y)
+        return y, torch.autograd.grad(y.float().square().sum(), [x_, *params])
+
+    ours = [lambda x, m=m: m(x, need_weights=need_weights)[0] for m in (m1, m2)]
+    params = [*m1.parameters(), *m2.parameters()]
+    y32, grads32 = stack(ours, params, autocast=False)
+    y16, grads16 = stack(ours, params, autocast=True)
+    assert y16.dtype == torch.bfloat16 and all(p.dtype == torch.float32 for p in params)
+    assert torch.isfinite(y16).all() and all(torch.isfinite(g).all() for g in grads16)
+    assert (y16.float() - y32).abs().max() <= 2e-2
+    for g16, g32 in zip(grads16, grads32):  # x's gradient and every parameter's
+        assert (g16 - g32).abs().max() <= 2e-2 * g32.abs().max()
+    # PyTorch's own layer, same weights, same autocast: the same answer to bfloat16's precision.
+    theirs = [lambda x, t=t: t(x, x, x, attn_mask=blocked)[0] for t in (t1, t2)]
+    y_torch, _ = stack(theirs, [*t1.parameters(), *t2.parameters()], autocast=True)
+    assert (y16.float() - y_torch.float()).abs().max() <= 2e-2
+
+
+@pytest.mark.parametrize("need_weights", [True, False])
+def test_C11_function_accepts_what_autocast_produces(need_weights):
+    q = torch.randn(1, 2, 5, 8)
+    k, v = torch.randn(1, 2, 5, 8, dtype=torch.bfloat16), torch.randn(1, 2, 5, 8, dtype=torch.bfloat16)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out, _ = mha.scaled_dot_product_attention(q, k, v, is_causal=True, need_weights=need_weights)
+        expected = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    assert out.dtype == expected.dtype == torch.bfloat16
+    torch.testing.assert_close(out.float(), expected.float(), rtol=0, atol=2e-2)
+    with pytest.raises(TypeError, match=r"share a dtype.*torch.autocast"):
+        mha.scaled_dot_product_attention(q, k, v, need_weights=need_weights)
+
+
+def test_C11_dtype_mismatch_outside_autocast_gives_advice_for_both_uses():
+    m = mha.MultiHeadAttention(16, 4)
+    x = torch.randn(2, 5, 16, dtype=torch.bfloat16)
+    advice = r"convert the module: module.to\(torch.bfloat16\).*torch.autocast\('cpu', dtype=torch.bfloat16\)"
+    with pytest.raises(TypeError, match=advice):
+        m(x)
+    # Both pieces of advice work: autocast for mixed precision, module.to for bfloat16 throughout.
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert m(x)[0].dtype == torch.bfloat16
+    assert mha.MultiHeadAttention(16, 4).to(torch.bfloat16)(x)[0].dtype == torch.bfloat16
+    # Autocast never casts float64, so float64 activations still need a float64 module.
+    with torch.autocast("cpu", dtype=torch.bfloat16), pytest.raises(TypeError, match=r"x is torch.float64"):
+        m(x.double())
