@@ -283,3 +283,30 @@ def test_C11_dtype_mismatch_outside_autocast_gives_advice_for_both_uses():
     # Autocast never casts float64, so float64 activations still need a float64 module.
     with torch.autocast("cpu", dtype=torch.bfloat16), pytest.raises(TypeError, match=r"x is torch.float64"):
         m(x.double())
+
+
+def _bytes_kept_alive(cache):
+    k, v = cache.k.untyped_storage(), cache.v.untyped_storage()
+    assert k.data_ptr() != v.data_ptr()  # two storages, so neither is counted twice
+    return k.nbytes() + v.nbytes()
+
+
+@pytest.mark.parametrize("n_kv_heads", [2, None])
+def test_C12_kv_cache_nbytes_is_what_it_keeps_alive(n_kv_heads):
+    # The fault: after a prefill the cache held views into the fused qkv output, Q included.
+    m = mha.MultiHeadAttention(64, 8, n_kv_heads=n_kv_heads)
+    g = n_kv_heads or 8
+    cache = mha.KVCache()
+    with torch.no_grad():
+        m(torch.randn(2, 7, 64), cache=cache)  # prefill
+        assert cache.nbytes == _bytes_kept_alive(cache) == 2 * 2 * g * 7 * 8 * 4  # K and V, float32
+        if n_kv_heads == 2:
+            assert cache.nbytes == 1792
+        for chunk in (1, 1, 3, 1):  # single steps and chunks
+            m(torch.randn(2, chunk, 64), cache=cache)
+            assert cache.nbytes == _bytes_kept_alive(cache) == 2 * 2 * g * len(cache) * 8 * 4
+    assert len(cache) == 13
+    # A one-token prefill gives contiguous views; the cache copies those too.
+    cache = mha.KVCache()
+    m(torch.randn(1, 1, 64), cache=cache)
+    assert cache.nbytes == _bytes_kept_alive(cache) == 2 * g * 8 * 4
