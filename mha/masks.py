@@ -209,7 +209,7 @@ def to_additive_mask(mask: torch.Tensor, dtype: torch.dtype = torch.float32) -> 
 def check_broadcast(mask: torch.Tensor, target: tuple[int, ...], names: str = "") -> None:
     """Raise ValueError unless ``mask`` broadcasts to ``target`` without growing it."""
     try:
-        ok = torch.broadcast_shapes(mask.shape, target) == torch.Size(target)
+        ok = tuple(torch.broadcast_shapes(mask.shape, target)) == tuple(target)
     except RuntimeError:
         ok = False
     if not ok:

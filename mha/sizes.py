@@ -52,16 +52,23 @@ def check_int(**sizes) -> None:
 
 
 def known_true(cond) -> bool:
-    """True when ``cond`` holds for every length the code may be run with.
+    """True when ``cond`` is known to hold, without tying a recorded graph to one length.
 
-    A Python bool is returned as it is (eager code: the lengths are known).
-    A symbolic condition (compile, export) is True only when the symbols'
-    known ranges prove it, such as ``T == S`` for self-attention, where both
-    are the same symbol; asking never ties the graph to one length. A traced
-    condition (a tensor) is never known, so tracing records the general path.
+    * Eager: ``cond`` is a bool and is returned as it is.
+    * ``torch.export`` (non-strict) and other tracing with a ``torch.SymBool``:
+      True only when the symbols' ranges prove it, as for ``T == S`` in
+      self-attention, where both are the same symbol. No guard is added.
+    * ``torch.compile`` and strict ``torch.export`` (dynamo, where a symbolic
+      condition poses as a bool, and which in torch 2.6 cannot trace
+      ``statically_known_true``): decided as dynamo decides any ``if`` on
+      lengths. The conditions this library asks are settled by the symbols'
+      ranges for self-attention and for decoding with a cache, so one graph
+      serves every length (the tests count the graphs).
+    * ``torch.jit.trace`` (a 0-dim tensor): never known, so the trace
+      records the general path.
     """
     if isinstance(cond, torch.Tensor):  # traced
         return False
-    # A bool stays as it is. (Don't test isinstance(cond, torch.SymBool) first:
-    # while torch.compile traces, a symbolic condition claims to be a bool.)
-    return statically_known_true(cond)
+    if isinstance(cond, torch.SymBool):
+        return statically_known_true(cond)
+    return True if cond else False  # a bool, or dynamo's symbolic condition (an `if` it can guard)
