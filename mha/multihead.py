@@ -211,7 +211,7 @@ class MultiHeadAttention(nn.Module):
 
 def _dtype_advice(name, t, weight):
     message = f"{name} is {t.dtype} but the module's parameters are {weight.dtype}"
-    if t.dtype in HALF and weight.dtype not in HALF:
+    if t.dtype in HALF and weight.dtype == torch.float32:  # autocast never casts float64
         return (
             f"{message}. For {t.dtype} throughout, convert the module: module.to({t.dtype}). For mixed "
             f"precision ({weight.dtype} parameters, {t.dtype} activations), keep the module as it is and run it "

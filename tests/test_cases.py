@@ -280,9 +280,13 @@ def test_C11_dtype_mismatch_outside_autocast_gives_advice_for_both_uses():
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert m(x)[0].dtype == torch.bfloat16
     assert mha.MultiHeadAttention(16, 4).to(torch.bfloat16)(x)[0].dtype == torch.bfloat16
-    # Autocast never casts float64, so float64 activations still need a float64 module.
+    # Autocast never casts float64, so float64 activations still need a float64 module, and a float64
+    # module is never advised to use autocast.
     with torch.autocast("cpu", dtype=torch.bfloat16), pytest.raises(TypeError, match=r"x is torch.float64"):
         m(x.double())
+    with pytest.raises(TypeError, match=r"convert one of them") as err:
+        mha.MultiHeadAttention(16, 4).double()(x)
+    assert "autocast" not in str(err.value)
 
 
 def _bytes_kept_alive(cache):
