@@ -12,7 +12,6 @@ Two paths give the same numbers:
 
 from __future__ import annotations
 
-import contextlib
 import math
 import numbers
 
@@ -20,11 +19,11 @@ import torch
 import torch.nn.functional as F
 
 from .masks import as_keep_mask, causal_mask, check_broadcast, to_additive_mask
+from .precision import HALF, autocast_inputs, autocast_off
+from .sizes import known_true
 
 # F.scaled_dot_product_attention shares K/V heads itself from torch 2.5 on.
 NATIVE_GQA = torch.torch_version.TorchVersion(torch.__version__) >= (2, 5)
-
-_HALF = (torch.float16, torch.bfloat16)
 
 
 def scaled_dot_product_attention(
@@ -68,9 +67,14 @@ def scaled_dot_product_attention(
         are zero (never NaN, in the forward pass or in gradients).
         float16/bfloat16 inputs compute scores and softmax in float32, so
         large logits stay finite; out and weights come back in q's dtype.
+        Under an active ``torch.autocast`` q, k and v are first cast to its
+        dtype, as its matmuls would cast them (so they may arrive in different
+        dtypes, as ``F.scaled_dot_product_attention`` allows there); scores and
+        softmax still run in float32.
 
     Raises:
-        TypeError: an input is not a floating tensor, or dtypes differ.
+        TypeError: an input is not a floating tensor, or dtypes differ
+            (outside autocast).
         ValueError: shapes don't fit together (names them), the mask does not
             broadcast or is not 0/1, or dropout_p is outside [0, 1).
 
@@ -78,16 +82,19 @@ def scaled_dot_product_attention(
     its boolean masks use the same convention, but its float masks are
     additive and its ``is_causal`` aligns top-left.
     """
+    q, k, v = autocast_inputs(q, k, v)  # a no-op outside torch.autocast
     _check_qkv(q, k, v, dropout_p, enable_gqa)
     check_flags(is_causal=is_causal, need_weights=need_weights, enable_gqa=enable_gqa)
     T, S = q.size(-2), k.size(-2)
     scale = 1.0 / math.sqrt(q.size(-1)) if scale is None else scale
 
+    # Length logic goes through known_true, so that symbolic lengths (compile, export,
+    # tracing) take a shortcut only where it is right for every length (mha/sizes.py).
     # The fused kernel does plain causal self-attention itself, with no mask tensor.
-    kernel_causal = not need_weights and is_causal and mask is None and T == S
+    kernel_causal = not need_weights and is_causal and mask is None and known_true(T == S)
     keep = _combine_masks(mask, is_causal and not kernel_causal, q, k, v, enable_gqa)
     has_key = None
-    if keep is not None and (mask is not None or T > S):
+    if keep is not None and (mask is not None or not known_true(T <= S)):
         # Some query may have no allowed key; its softmax would be over only -inf,
         # giving NaN. Let such rows attend everywhere (finite maths), zero them below.
         has_key = keep.any(dim=-1, keepdim=True)  # (..., T, 1)
@@ -114,7 +121,10 @@ def _check_qkv(q, k, v, dropout_p, enable_gqa):
         if t.dim() < 2:
             raise ValueError(f"{name} must be at least 2-D (..., length, dim), got shape {tuple(t.shape)}")
     if not q.dtype == k.dtype == v.dtype:
-        raise TypeError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+        raise TypeError(
+            f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}; cast them to one, "
+            "or run under torch.autocast for mixed precision"
+        )
     if not q.device == k.device == v.device:
         raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
     if q.size(-1) == 0:
@@ -176,7 +186,7 @@ def _combine_masks(mask, is_causal, q, k, v, enable_gqa):
     if mask is not None:
         keep = as_keep_mask(mask, device=q.device)
         check_broadcast(keep, (*batch, T, S), "(..., T, S) =")
-    if is_causal and T > 1:  # a single query is the last position: it sees every key
+    if is_causal and not known_true(T <= 1):  # a single query is the last position: it sees every key
         causal = causal_mask(T, S, device=q.device)  # (T, S)
         keep = causal if keep is None else keep & causal
     return keep
@@ -187,8 +197,8 @@ def _explicit(q, k, v, keep, scale, dropout_p, enable_gqa):
         return _explicit_grouped(q, k, v, keep, scale, dropout_p)
     # Half precision: 65504 is float16's largest value, so scores and softmax run in
     # float32, with autocast off so that it cannot cast them back down.
-    work = torch.float32 if q.dtype in _HALF else q.dtype
-    with _autocast_off(q.device.type):
+    work = torch.float32 if q.dtype in HALF else q.dtype
+    with autocast_off(q.device.type):
         scores = (q.to(work) * scale) @ k.to(work).transpose(-2, -1)  # (..., T, S)
         if keep is not None:
             # -inf where blocked. Added in place, not masked_fill: neither the forward
@@ -198,13 +208,6 @@ def _explicit(q, k, v, keep, scale, dropout_p, enable_gqa):
     if dropout_p > 0:
         weights = F.dropout(weights, p=dropout_p)
     return weights @ v, weights  # (..., T, d_v), (..., T, S)
-
-
-def _autocast_off(device_type):
-    try:
-        return torch.autocast(device_type, enabled=False)
-    except RuntimeError:  # a device type autocast does not know (meta, say)
-        return contextlib.nullcontext()
 
 
 def _explicit_grouped(q, k, v, keep, scale, dropout_p):

@@ -32,7 +32,10 @@ class KVCache:
             TypeError: their dtype or device differs from the cache's.
         """
         if self.k is None:
-            self.k, self.v = k, v
+            # Copies, not the views it was given: a view into the fused qkv output would keep
+            # all of it alive, Q included, while nbytes counted only K and V.
+            self.k = k.clone(memory_format=torch.contiguous_format)
+            self.v = v.clone(memory_format=torch.contiguous_format)
         else:
             if k.shape[:2] != self.k.shape[:2] or k.shape[-1] != self.k.shape[-1] or v.shape != k.shape:
                 raise ValueError(
@@ -54,7 +57,11 @@ class KVCache:
 
     @property
     def nbytes(self) -> int:
-        """Memory held by the cached keys and values, in bytes."""
+        """Memory the cache keeps alive for its keys and values, in bytes.
+
+        The cache owns its tensors (never views into a larger one), so this is
+        exactly the size of their storages.
+        """
         if self.k is None:
             return 0
         return self.k.numel() * self.k.element_size() + self.v.numel() * self.v.element_size()

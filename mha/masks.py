@@ -11,6 +11,8 @@ import numbers
 
 import torch
 
+from .sizes import check_int
+
 _CONVENTION = (
     "mha masks are keep-masks: True or 1 = this query may attend to this key, "
     "False or 0 = blocked"
@@ -88,14 +90,18 @@ def causal_mask(
         Bool tensor (T, S) on ``device``, True = may attend.
 
     Raises:
-        TypeError: T or S is not an int.
+        TypeError: T or S is not an int (symbolic sizes, as under
+            ``torch.compile`` or ``torch.export``, count as ints).
         ValueError: T or S is negative.
     """
     S = T if S is None else S
     check_int(T=T, S=S)
     if T < 0 or S < 0:
         raise ValueError(f"causal_mask needs T >= 0 and S >= 0, got T={T}, S={S}")
-    return torch.ones(T, S, dtype=torch.bool, device=device).tril(diagonal=S - T)
+    # Built from T and S as tensor ops (not tril's int diagonal), so that under
+    # compile, export or tracing the mask follows the lengths the graph is run with.
+    query_position = torch.arange(T, device=device)[:, None] + (S - T)  # (T, 1): each query's place among the keys
+    return torch.arange(S, device=device) <= query_position  # (T, S)
 
 
 def padding_mask(
@@ -203,7 +209,7 @@ def to_additive_mask(mask: torch.Tensor, dtype: torch.dtype = torch.float32) -> 
 def check_broadcast(mask: torch.Tensor, target: tuple[int, ...], names: str = "") -> None:
     """Raise ValueError unless ``mask`` broadcasts to ``target`` without growing it."""
     try:
-        ok = torch.broadcast_shapes(mask.shape, target) == torch.Size(target)
+        ok = tuple(torch.broadcast_shapes(mask.shape, target)) == tuple(target)
     except RuntimeError:
         ok = False
     if not ok:
@@ -212,9 +218,3 @@ def check_broadcast(mask: torch.Tensor, target: tuple[int, ...], names: str = ""
             f"mask of shape {tuple(mask.shape)} does not broadcast to{where} {tuple(target)}"
         )
 
-
-def check_int(**sizes) -> None:
-    """Raise TypeError unless every size is an int (bools don't count)."""
-    for name, n in sizes.items():
-        if isinstance(n, bool) or not isinstance(n, numbers.Integral):
-            raise TypeError(f"{name} must be an int, got {n!r}")

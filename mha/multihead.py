@@ -9,7 +9,9 @@ from torch import nn
 from .attention import check_dropout, check_flags, scaled_dot_product_attention
 from .cache import KVCache
 from .heads import merge_heads, split_heads
-from .masks import check_broadcast, check_int
+from .masks import check_broadcast
+from .precision import HALF, autocast_casts
+from .sizes import check_int
 
 
 class MultiHeadAttention(nn.Module):
@@ -81,7 +83,10 @@ class MultiHeadAttention(nn.Module):
         """Attend from x to itself (or to ``context``) and project back to d_model.
 
         Args:
-            x: (B, T, d_model), in the module's dtype and on its device.
+            x: (B, T, d_model), on the module's device, in its dtype or, under
+                an active ``torch.autocast``, in the autocast dtype (float32
+                parameters with bfloat16 activations, as ``nn.MultiheadAttention``
+                accepts them there; scores and softmax run in float32).
             context: (B, S, d_model) supplying the keys and values
                 (cross-attention); None means self-attention, S = T.
             causal: self-attention only: query i attends to keys up to i,
@@ -107,7 +112,9 @@ class MultiHeadAttention(nn.Module):
             (B, h, T, S), not averaged over heads, or None.
 
         Raises:
-            TypeError: x or context is not a tensor, or not in the module's dtype.
+            TypeError: x or context is not a tensor, or (outside autocast) not
+                in the module's dtype; the message says how to convert for pure
+                low precision and how to use autocast for mixed precision.
             ValueError: wrong rank or width, a context whose batch differs, a
                 mask that does not broadcast to (B, h, T, S) or is not 0/1, a
                 cache together with a context.
@@ -165,11 +172,10 @@ class MultiHeadAttention(nn.Module):
                 )
             if not t.is_floating_point():
                 raise TypeError(f"{name} must be a floating tensor, got {t.dtype}")
-            if t.dtype != weight.dtype:
-                raise TypeError(
-                    f"{name} is {t.dtype} but the module's parameters are {weight.dtype}; "
-                    f"convert one of them, e.g. module.to({t.dtype})"
-                )
+            # Under torch.autocast the projections cast x and the weights to one dtype, so
+            # float32 parameters with bfloat16 activations are what mixed precision looks like.
+            if t.dtype != weight.dtype and not autocast_casts(t.device.type, t.dtype, weight.dtype):
+                raise TypeError(_dtype_advice(name, t, weight))
             if t.device != weight.device:
                 raise ValueError(
                     f"{name} is on {t.device} but the module is on {weight.device}; move one of them"
@@ -201,6 +207,17 @@ class MultiHeadAttention(nn.Module):
     def extra_repr(self) -> str:
         kv = f", n_kv_heads={self.n_kv_heads}" if self.n_kv_heads != self.h else ""
         return f"d_model={self.d_model}, h={self.h}, d_k={self.d_k}{kv}, dropout={self.dropout}"
+
+
+def _dtype_advice(name, t, weight):
+    message = f"{name} is {t.dtype} but the module's parameters are {weight.dtype}"
+    if t.dtype in HALF and weight.dtype == torch.float32:  # autocast never casts float64
+        return (
+            f"{message}. For {t.dtype} throughout, convert the module: module.to({t.dtype}). For mixed "
+            f"precision ({weight.dtype} parameters, {t.dtype} activations), keep the module as it is and run it "
+            f"under torch.autocast({t.device.type!r}, dtype={t.dtype})"
+        )
+    return f"{message}; convert one of them, e.g. module.to({t.dtype}) or {name}.to({weight.dtype})"
 
 
 def _check_sizes(d_model, h, n_kv_heads):

@@ -17,3 +17,26 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+class GraphCounter:
+    """A torch.compile backend that runs each captured graph as it is (like backend="eager") and counts them.
+
+    Counting proves a test really compiled (a recompile limit could otherwise fall back to eager unnoticed)
+    and shows whether one graph serves every sequence length.
+    """
+
+    def __init__(self):
+        self.count = 0
+
+    def __call__(self, gm, example_inputs):
+        self.count += 1
+        return gm.forward
+
+
+@pytest.fixture
+def graphs():
+    """A fresh GraphCounter, with dynamo's caches reset so no test sees another's compiled code."""
+    torch.compiler.reset()
+    yield GraphCounter()
+    torch.compiler.reset()

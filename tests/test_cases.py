@@ -185,3 +185,132 @@ def test_C2_all_zero_float_mask_is_refused():
     # An all-False bool mask is unambiguous: every row is blocked and comes out zero.
     out, w = mha.scaled_dot_product_attention(*(torch.randn(1, 3, 4),) * 3, torch.zeros(3, 3, dtype=torch.bool))
     assert torch.equal(out, torch.zeros(1, 3, 4)) and torch.equal(w, torch.zeros(1, 3, 3))
+
+
+@pytest.mark.parametrize("dynamic", [True, False])
+@pytest.mark.parametrize("need_weights", [True, False])
+def test_C10_compiled_layer_matches_eager(need_weights, dynamic, graphs):
+    # The fault: length logic in plain Python (`T == S` handed to is_causal, int checks on sizes)
+    # fails once torch.compile makes the lengths symbolic.
+    m = mha.MultiHeadAttention(16, 4).eval()
+    f = torch.compile(m, backend=graphs, fullgraph=True, dynamic=dynamic)
+    for T in (7, 11):
+        x = torch.randn(2, T, 16)
+        y, w = f(x, need_weights=need_weights)
+        y_ref, w_ref = m(x, need_weights=need_weights)
+        torch.testing.assert_close(y, y_ref, rtol=0, atol=1e-6)
+        if need_weights:
+            torch.testing.assert_close(w, w_ref, rtol=0, atol=1e-6)
+        else:
+            assert w is None
+    assert graphs.count == (1 if dynamic else 2)  # dynamic: one graph serves every length
+
+
+@pytest.mark.parametrize("need_weights, n_kv_heads", [(True, None), (False, None), (False, 2)])
+def test_C10_compiled_decode_loop_with_kv_cache(need_weights, n_kv_heads, graphs):
+    m = mha.MultiHeadAttention(16, 4, n_kv_heads=n_kv_heads).eval()
+    steps = 17
+    x = torch.randn(2, steps, 16)
+    full, w_full = m(x)
+    step = torch.compile(m, backend=graphs, fullgraph=True)
+    cache = mha.KVCache()
+    ys = []
+    for t in range(steps):
+        y, w = step(x[:, t : t + 1], cache=cache, need_weights=need_weights)
+        ys.append(y)
+        if need_weights:  # the new token's row of the full causal table
+            torch.testing.assert_close(w, w_full[:, :, t : t + 1, : t + 1], rtol=0, atol=1e-6)
+    torch.testing.assert_close(torch.cat(ys, dim=1), full, rtol=0, atol=1e-6)
+    assert len(cache) == steps
+    # An empty cache, a one-token cache, then one graph for every longer cache: no recompiling per step.
+    assert graphs.count <= 3
+
+
+@pytest.mark.parametrize("need_weights", [True, False])
+def test_C11_stacked_layers_under_bfloat16_autocast(need_weights):
+    # The fault: the second layer refused the bfloat16 activations autocast hands it from the first.
+    m1, m2 = mha.MultiHeadAttention(16, 4), mha.MultiHeadAttention(16, 4)
+    t1, t2 = mha.to_torch(m1), mha.to_torch(m2)
+    x = torch.randn(2, 5, 16)
+    blocked = mha.to_torch_attn_mask(mha.causal_mask(5))
+
+    def stack(layers, params, autocast):
+        x_ = x.clone().requires_grad_()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            y = x_
+            for layer in layers:
+                y = layer(y)
+        return y, torch.autograd.grad(y.float().square().sum(), [x_, *params])
+
+    ours = [lambda x, m=m: m(x, need_weights=need_weights)[0] for m in (m1, m2)]
+    params = [*m1.parameters(), *m2.parameters()]
+    y32, grads32 = stack(ours, params, autocast=False)
+    y16, grads16 = stack(ours, params, autocast=True)
+    assert y16.dtype == torch.bfloat16 and all(p.dtype == torch.float32 for p in params)
+    assert torch.isfinite(y16).all() and all(torch.isfinite(g).all() for g in grads16)
+    assert (y16.float() - y32).abs().max() <= 2e-2
+    for g16, g32 in zip(grads16, grads32):  # x's gradient and every parameter's
+        assert (g16 - g32).abs().max() <= 2e-2 * g32.abs().max()
+    # PyTorch's own layer, same weights, same autocast: the same answer to bfloat16's precision.
+    theirs = [lambda x, t=t: t(x, x, x, attn_mask=blocked)[0] for t in (t1, t2)]
+    y_torch, _ = stack(theirs, [*t1.parameters(), *t2.parameters()], autocast=True)
+    assert (y16.float() - y_torch.float()).abs().max() <= 2e-2
+
+
+@pytest.mark.parametrize("need_weights", [True, False])
+def test_C11_function_accepts_what_autocast_produces(need_weights):
+    q = torch.randn(1, 2, 5, 8)
+    k, v = torch.randn(1, 2, 5, 8, dtype=torch.bfloat16), torch.randn(1, 2, 5, 8, dtype=torch.bfloat16)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out, _ = mha.scaled_dot_product_attention(q, k, v, is_causal=True, need_weights=need_weights)
+        expected = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    assert out.dtype == expected.dtype == torch.bfloat16
+    torch.testing.assert_close(out.float(), expected.float(), rtol=0, atol=2e-2)
+    with pytest.raises(TypeError, match=r"share a dtype.*torch.autocast"):
+        mha.scaled_dot_product_attention(q, k, v, need_weights=need_weights)
+
+
+def test_C11_dtype_mismatch_outside_autocast_gives_advice_for_both_uses():
+    m = mha.MultiHeadAttention(16, 4)
+    x = torch.randn(2, 5, 16, dtype=torch.bfloat16)
+    advice = r"convert the module: module.to\(torch.bfloat16\).*torch.autocast\('cpu', dtype=torch.bfloat16\)"
+    with pytest.raises(TypeError, match=advice):
+        m(x)
+    # Both pieces of advice work: autocast for mixed precision, module.to for bfloat16 throughout.
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert m(x)[0].dtype == torch.bfloat16
+    assert mha.MultiHeadAttention(16, 4).to(torch.bfloat16)(x)[0].dtype == torch.bfloat16
+    # Autocast never casts float64, so float64 activations still need a float64 module, and a float64
+    # module is never advised to use autocast.
+    with torch.autocast("cpu", dtype=torch.bfloat16), pytest.raises(TypeError, match=r"x is torch.float64"):
+        m(x.double())
+    with pytest.raises(TypeError, match=r"convert one of them") as err:
+        mha.MultiHeadAttention(16, 4).double()(x)
+    assert "autocast" not in str(err.value)
+
+
+def _bytes_kept_alive(cache):
+    k, v = cache.k.untyped_storage(), cache.v.untyped_storage()
+    assert k.data_ptr() != v.data_ptr()  # two storages, so neither is counted twice
+    return k.nbytes() + v.nbytes()
+
+
+@pytest.mark.parametrize("n_kv_heads", [2, None])
+def test_C12_kv_cache_nbytes_is_what_it_keeps_alive(n_kv_heads):
+    # The fault: after a prefill the cache held views into the fused qkv output, Q included.
+    m = mha.MultiHeadAttention(64, 8, n_kv_heads=n_kv_heads)
+    g = n_kv_heads or 8
+    cache = mha.KVCache()
+    with torch.no_grad():
+        m(torch.randn(2, 7, 64), cache=cache)  # prefill
+        assert cache.nbytes == _bytes_kept_alive(cache) == 2 * 2 * g * 7 * 8 * 4  # K and V, float32
+        if n_kv_heads == 2:
+            assert cache.nbytes == 1792
+        for chunk in (1, 1, 3, 1):  # single steps and chunks
+            m(torch.randn(2, chunk, 64), cache=cache)
+            assert cache.nbytes == _bytes_kept_alive(cache) == 2 * 2 * g * len(cache) * 8 * 4
+    assert len(cache) == 13
+    # A one-token prefill gives contiguous views; the cache copies those too.
+    cache = mha.KVCache()
+    m(torch.randn(1, 1, 64), cache=cache)
+    assert cache.nbytes == _bytes_kept_alive(cache) == 2 * g * 8 * 4
