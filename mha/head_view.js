@@ -227,7 +227,9 @@
           for (var j = 0; j < S; j++) {
             var w = weight(k, i, j);
             var onPath = !sel || (sel.side === "q" ? sel.index === i : sel.index === j);
-            if (onPath && w >= 0.01) line(k, i, j, w);
+            // With a token selected, opacity is the square root of the weight, so that a weight of 0.1
+            // is still seen; with none, it is the weight itself, so that the overview does not blur.
+            if (onPath && w >= 0.01) line(k, i, j, sel ? Math.sqrt(w) : w);
           }
         }
       });

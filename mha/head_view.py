@@ -154,11 +154,12 @@ def head_view(
 
     Hover a query token (left column) to see what each head attends to *from* it, or a key token (right
     column) to see which queries attend *to* it; click to pin the selection, click again to release it.
-    Line opacity is the weight; the coloured cells beside each token give every head's weight in head
-    order. Buttons toggle heads, a menu switches layers, and SVG / PNG export the current view. It works in
-    JupyterLab, classic Notebook, VS Code, Colab and on the course website, offline: the HTML carries its
-    own JavaScript and CSS and loads nothing. Where JavaScript is stripped (GitHub's notebook viewer) it
-    shows a static picture of every head instead.
+    A line's opacity grows with its weight (the square root of it while a token is selected, so that
+    weak links stay visible); the coloured cells beside each token show every head's weight, in head
+    order, with opacity equal to the weight. Buttons toggle heads, a menu switches layers, and SVG / PNG
+    export the current view. It works in JupyterLab, classic Notebook, VS Code, Colab and on the course
+    website, offline: the HTML carries its own JavaScript and CSS and loads nothing. Where JavaScript is
+    stripped (GitHub's notebook viewer) it shows a static picture of every head instead.
 
     Args:
         weights: attention weights, any float dtype and device, e.g. the ``w`` of
