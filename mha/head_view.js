@@ -109,7 +109,7 @@
       class: "mha-hv-svg", xmlns: SVGNS, width: width, height: height, viewBox: "0 0 " + width + " " + height,
       "font-family": MONO, "font-size": FONT, role: "img",
     });
-    svg(root_svg, "text", { x: xq + tokW, y: 16, "text-anchor": "end", fill: "currentColor", "font-size": 11 }, "query (from)");
+    svg(root_svg, "text", { x: PAD, y: 16, fill: "currentColor", "font-size": 11 }, "query (from)");
     svg(root_svg, "text", { x: xk, y: 16, fill: "currentColor", "font-size": 11 }, "key (to)");
     var layerTitle = svg(root_svg, "text", { x: (xq + tokW + xk) / 2, y: 16, "text-anchor": "middle", fill: "currentColor", "font-size": 11 });
     var linesGroup = svg(root_svg, "g", { class: "mha-hv-lines", "stroke-width": 2 });
