@@ -65,6 +65,13 @@ def sync_notebooks(app: Sphinx) -> None:
         for stale in COPIES.rglob("*.ipynb"):
             if stale.relative_to(DOCS).with_suffix("").as_posix() not in wanted:
                 stale.unlink()
+    # Sphinx never deletes the page of a removed source: after a renumbering, a link to an old name would
+    # still find the old page in an incremental build. Remove notebook pages that have no source.
+    built = Path(app.outdir) / "notebooks"
+    if built.exists():
+        for stale in built.rglob("*.html"):
+            if stale.relative_to(app.outdir).with_suffix("").as_posix() not in wanted:
+                stale.unlink()
 
 
 def write_head_view_demo(app: Sphinx) -> None:
@@ -174,7 +181,15 @@ def fill_placeholders(app: Sphinx, docname: str, source: list[str]) -> None:
 
 
 def always_reread(app, env, added, changed, removed):
-    """Pages with generated content depend on files Sphinx does not track (titles, README, new notebooks)."""
+    """Pages with generated content depend on files Sphinx does not track (titles, README, new notebooks).
+
+    And when notebooks come or go, every page is rewritten: each page's sidebar lists the notebooks, and
+    Sphinx would otherwise leave the unchanged pages linking to the old set.
+    """
+    notebook_set = sorted(sources())
+    previous, env.mha_notebook_set = getattr(env, "mha_notebook_set", None), notebook_set
+    if previous is not None and previous != notebook_set:
+        return sorted(env.found_docs)
     generated = []
     for docname in env.found_docs:
         if docname.startswith("notebooks/"):

@@ -63,10 +63,15 @@ def site_pages(outdir) -> list[Path]:
     return [p for p in sorted(outdir.rglob("*.html")) if p.relative_to(outdir).parts[0] not in ("_static", "_sources")]
 
 
-def check_site(outdir) -> list[str]:
-    """Every problem found in the HTML files under ``outdir``, as 'page: message' lines."""
+def check_site(outdir, pages=None) -> list[str]:
+    """Every problem found in the pages under ``outdir``, as 'page: message' lines.
+
+    ``pages``: the pages to check and to accept as link targets; default, every page in ``outdir``. The
+    Sphinx build passes the pages it made, so a page left over from an earlier build is no target.
+    """
     outdir = Path(outdir).resolve()
-    pages = {p: Page(p.read_text(encoding="utf-8", errors="replace")) for p in site_pages(outdir)}
+    paths = site_pages(outdir) if pages is None else [Path(p).resolve() for p in pages]
+    pages = {p: Page(p.read_text(encoding="utf-8", errors="replace")) for p in paths}
     problems = []
     for path, page in pages.items():
         where = path.relative_to(outdir).as_posix()
@@ -92,6 +97,8 @@ def check_site(outdir) -> list[str]:
                 problems.append(f"{where}: <{tag}> {url} points outside the site")
             elif not target.is_file():
                 problems.append(f"{where}: <{tag}> {url} does not exist")
+            elif target.suffix == ".html" and target not in pages and outdir / "_static" not in target.parents:
+                problems.append(f"{where}: <{tag}> {url} is not a page of this build (left from an earlier one?)")
             elif parts.fragment and target.suffix == ".html" and target in pages:
                 if parts.fragment not in pages[target].ids:
                     problems.append(f"{where}: <{tag}> {url}: {target.name} has no #{parts.fragment}")
@@ -104,7 +111,10 @@ def _on_build_finished(app, exception):
     from sphinx.util import logging
 
     logger = logging.getLogger(__name__)
-    for problem in check_site(app.outdir):
+    outdir = Path(app.outdir)
+    pages = [outdir / app.builder.get_target_uri(doc) for doc in sorted(app.env.found_docs)]
+    pages += [outdir / f"{name}.html" for name in ("genindex", "search", "py-modindex")]
+    for problem in check_site(outdir, [p for p in pages if p.is_file()]):
         logger.warning("site check: %s", problem)
 
 
