@@ -4,6 +4,7 @@ The view's behaviour in a real browser (hover, heads, layers, export) is tested 
 """
 
 import base64
+import io
 import json
 import re
 import struct
@@ -146,7 +147,7 @@ def test_png_is_fixed_dpi_without_metadata_and_shows_the_heads():
     w = layer_weights()
     png = head_view(w, TOKENS).to_png()
     assert b"tEXt" not in png and b"Software" not in png  # no matplotlib version, no date
-    pixels = matplotlib.image.imread(__import__("io").BytesIO(png))  # (H, W, 4) floats in [0, 1]
+    pixels = matplotlib.image.imread(io.BytesIO(png))  # (H, W, 4) floats in [0, 1]
     colours = {tuple(round(c * 255) for c in px[:3]) for px in pixels.reshape(-1, 4)}
     for hex_colour in PALETTE[:4]:  # each head's colour, at weight 1 (the top-left cell)
         rgb = tuple(int(hex_colour[i : i + 2], 16) for i in (1, 3, 5))
