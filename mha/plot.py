@@ -13,6 +13,8 @@ import matplotlib.pyplot as plt
 import torch
 from matplotlib.figure import Figure
 
+from .head_view import head_view as head_view  # re-exported: mha.plot.head_view
+
 
 def plot_heads(
     weights: torch.Tensor,

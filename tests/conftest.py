@@ -40,3 +40,22 @@ def graphs():
     torch.compiler.reset()
     yield GraphCounter()
     torch.compiler.reset()
+
+
+# The website tests (tests/test_site.py) build the site and drive headless Chromium. They run with
+# --site, which the README's test command and CI pass; without it they are skipped, and say why.
+def pytest_addoption(parser):
+    parser.addoption("--site", action="store_true", help="build the website and test it in headless Chromium")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "site: builds the website and drives headless Chromium (needs --site)")
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("--site"):
+        return
+    skip = pytest.mark.skip(reason="website test: run with --site (needs the docs extra and Chromium)")
+    for item in items:
+        if "site" in item.keywords:
+            item.add_marker(skip)

@@ -1,0 +1,209 @@
+"""The course's pages, generated from the notebooks and the README at build time.
+
+- Copies notebooks/*.ipynb and notebooks/solutions/*.ipynb into docs/notebooks/ (git-ignored), so each
+  becomes a page; the Colab badge's image becomes a local copy, so pages load nothing from the internet.
+  Copies of notebooks that no longer exist are removed.
+- Fills placeholders in the Markdown pages:
+  ``<!-- mha:series -->``            the notebooks in order, with their titles and the README's one-liners;
+  ``<!-- mha:exercises -->``         each notebook's exercises section, and the solutions notebooks;
+  ``<!-- mha:readme SECTION -->``    the README's section of that title (included, not copied);
+  ``[[nb:SLUG]]``                    a link to the notebook whose file name contains SLUG, or plain text
+                                     if there is none yet (so pages survive a renumbering);
+  ``[[repo]]``                       the repository URL, pyproject's [project.urls] Homepage.
+- Writes the head view demo (docs/head_view_demo.py) to docs/_generated/.
+
+Nothing here names a notebook: the series is whatever notebooks/ holds.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+from pathlib import Path
+
+try:
+    import tomllib
+except ImportError:  # Python < 3.11
+    import tomli as tomllib
+
+from sphinx.application import Sphinx
+from sphinx.errors import ConfigError
+
+DOCS = Path(__file__).resolve().parents[1]
+ROOT = DOCS.parent
+COPIES = DOCS / "notebooks"
+GENERATED = DOCS / "_generated"
+BADGE_URL = "https://colab.research.google.com/assets/colab-badge.svg"
+LOCAL_BADGE = "/_static/colab-badge.svg"  # a leading "/" is the source folder, for pages at any depth
+
+
+def notebooks(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.glob("*.ipynb") if not p.name.startswith("."))
+
+
+def sources() -> dict[str, Path]:
+    """docname -> source notebook, for the series and the solutions."""
+    found = {f"notebooks/{p.stem}": p for p in notebooks(ROOT / "notebooks")}
+    found |= {f"notebooks/solutions/{p.stem}": p for p in notebooks(ROOT / "notebooks" / "solutions")}
+    return found
+
+
+def _write_if_changed(path: Path, data: bytes) -> None:
+    """Rewrite only what changed, so Sphinx's incremental builds stay incremental."""
+    if not path.exists() or path.read_bytes() != data:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+
+
+def sync_notebooks(app: Sphinx) -> None:
+    wanted = sources()
+    for docname, src in wanted.items():
+        text = src.read_text(encoding="utf-8").replace(BADGE_URL, LOCAL_BADGE)
+        _write_if_changed(DOCS / f"{docname}.ipynb", text.encode("utf-8"))
+    if COPIES.exists():
+        for stale in COPIES.rglob("*.ipynb"):
+            if stale.relative_to(DOCS).with_suffix("").as_posix() not in wanted:
+                stale.unlink()
+    # Sphinx never deletes the page of a removed source: after a renumbering, a link to an old name would
+    # still find the old page in an incremental build. Remove notebook pages that have no source.
+    built = Path(app.outdir) / "notebooks"
+    if built.exists():
+        for stale in built.rglob("*.html"):
+            if stale.relative_to(app.outdir).with_suffix("").as_posix() not in wanted:
+                stale.unlink()
+
+
+def write_head_view_demo(app: Sphinx) -> None:
+    spec = importlib.util.spec_from_file_location("head_view_demo", DOCS / "head_view_demo.py")
+    demo = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(demo)
+    view = demo.view()
+    _write_if_changed(GENERATED / "head_view_demo.html", view.to_html().encode("utf-8"))
+    _write_if_changed(GENERATED / "head_view_demo.png", view.to_png())
+
+
+# --- what the pages say about the notebooks ---------------------------------------------------------------
+
+
+def title(path: Path) -> str:
+    first = json.loads(path.read_text(encoding="utf-8"))["cells"][0]
+    text = "".join(first["source"]).strip()
+    if first["cell_type"] != "markdown" or not text.startswith("# "):
+        raise ConfigError(f"{path.name}: the first cell must be markdown starting with '# title'")
+    return text.splitlines()[0][2:].strip()
+
+
+def headings(path: Path) -> list[str]:
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    text = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    return re.findall(r"^#{2,3} +(.+?) *$", text, flags=re.M)
+
+
+def readme_line(path: Path) -> str | None:
+    """The README's "what you will see" for this notebook: the table row that links to it."""
+    for row in (ROOT / "README.md").read_text(encoding="utf-8").splitlines():
+        cells = [c.strip() for c in row.strip().strip("|").split("|")]
+        if row.startswith("|") and len(cells) >= 3 and f"notebooks/{path.name})" in cells[1]:
+            return cells[2]
+    return None
+
+
+def label(docname: str, path: Path) -> str:
+    number = re.match(r"(\d+)_", path.name)
+    name = title(path)
+    return f"{number.group(1)} · {name}" if number else name
+
+
+def series_markdown(prefix: str) -> str:
+    lines = []
+    for docname, path in sources().items():
+        if docname.startswith("notebooks/solutions/"):
+            continue
+        line = readme_line(path)
+        lines.append(f"- [**{label(docname, path)}**]({prefix}{docname}.ipynb)" + (f": {line}" if line else ""))
+    return "\n".join(lines)
+
+
+def slug_id(heading: str) -> str:
+    """The anchor MyST gives a heading (myst_heading_anchors), for links to a notebook's section."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return re.sub(r" ", "-", text)
+
+
+def exercises_markdown(prefix: str) -> str:
+    out, solutions = [], []
+    for docname, path in sources().items():
+        if docname.startswith("notebooks/solutions/"):
+            solutions.append(f"{prefix}{docname}")
+            continue
+        sections = [h for h in headings(path) if re.search(r"\bexercises?\b", h, flags=re.I)]
+        for h in sections:
+            out.append(f"- [{label(docname, path)}: {h}]({prefix}{docname}.ipynb#{slug_id(h)})")
+    text = "\n".join(out) if out else "The notebooks' exercise sections will be listed here as they are added."
+    if solutions:
+        text += "\n\n## Solutions\n\n```{toctree}\n:maxdepth: 1\n\n" + "\n".join(solutions) + "\n```"
+    else:
+        text += "\n\nSolutions notebooks (in `notebooks/solutions/`) will be listed here once they exist."
+    return text
+
+
+def readme_section(name: str) -> str:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    m = re.search(rf"^## {re.escape(name)}\n(.*?)(?=^## |\Z)", text, flags=re.M | re.S)
+    if not m:
+        raise ConfigError(f'README.md has no "## {name}" section for the page that includes it')
+    return m.group(1).strip()
+
+
+def notebook_link(slug: str, prefix: str) -> str:
+    for docname, path in sources().items():
+        if slug in path.stem and not docname.startswith("notebooks/solutions/"):
+            return f"[{label(docname, path)}]({prefix}{docname}.ipynb)"
+    return f'the notebook on {slug.replace("_", " ")} (coming soon)'
+
+
+def repo_url() -> str:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["urls"]["Homepage"]
+
+
+def fill_placeholders(app: Sphinx, docname: str, source: list[str]) -> None:
+    if docname.startswith("notebooks/"):
+        return
+    prefix = "../" * docname.count("/")
+    text = source[0]
+    text = text.replace("<!-- mha:series -->", series_markdown(prefix))
+    text = text.replace("<!-- mha:exercises -->", exercises_markdown(prefix))
+    text = re.sub(r"<!-- mha:readme (.+?) -->", lambda m: readme_section(m.group(1)), text)
+    text = re.sub(r"\[\[nb:(\w+)\]\]", lambda m: notebook_link(m.group(1), prefix), text)
+    text = text.replace("[[repo]]", repo_url())
+    source[0] = text
+
+
+def always_reread(app, env, added, changed, removed):
+    """Pages with generated content depend on files Sphinx does not track (titles, README, new notebooks).
+
+    And when notebooks come or go, every page is rewritten: each page's sidebar lists the notebooks, and
+    Sphinx would otherwise leave the unchanged pages linking to the old set.
+    """
+    notebook_set = sorted(sources())
+    previous, env.mha_notebook_set = getattr(env, "mha_notebook_set", None), notebook_set
+    if previous is not None and previous != notebook_set:
+        return sorted(env.found_docs)
+    generated = []
+    for docname in env.found_docs:
+        if docname.startswith("notebooks/"):
+            continue
+        text = Path(env.doc2path(docname)).read_text(encoding="utf-8")
+        if "<!-- mha:" in text or "[[" in text:
+            generated.append(docname)
+    return generated
+
+
+def setup(app: Sphinx):
+    app.connect("builder-inited", sync_notebooks)
+    app.connect("builder-inited", write_head_view_demo)
+    app.connect("source-read", fill_placeholders)
+    app.connect("env-get-outdated", always_reread)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}
+

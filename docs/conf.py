@@ -1,0 +1,59 @@
+"""Sphinx configuration for the course website.
+
+Build (from the repository root):  python -m sphinx -W --keep-going -b html docs docs/_build/html
+The notebooks are rendered with the outputs they were committed with (nbval checks those); nothing is
+executed. docs/_ext/course.py finds the notebooks and fills in the generated parts of the pages;
+docs/_ext/sitecheck.py checks every link and image of the result.
+"""
+
+import sys
+from pathlib import Path
+
+try:
+    import tomllib
+except ImportError:  # Python < 3.11
+    import tomli as tomllib
+
+DOCS = Path(__file__).resolve().parent
+ROOT = DOCS.parent
+sys.path[:0] = [str(ROOT), str(DOCS / "_ext")]  # the mha package (for autodoc) and this site's extensions
+
+PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+REPO_URL = PROJECT["urls"]["Homepage"]  # the one place the repository URL lives
+
+project = "mha: multi-head attention, written to be read"
+author = "the Transformer on-ramp"
+copyright = "the Transformer on-ramp authors, MIT license"
+release = version = PROJECT["version"]
+
+extensions = ["myst_nb", "sphinx.ext.autodoc", "sphinx.ext.napoleon", "course", "mathml", "sitecheck"]
+exclude_patterns = ["_build", "_generated", "**.ipynb_checkpoints", "head_view_demo.py"]
+
+# Notebooks: show the committed outputs, never re-execute.
+nb_execution_mode = "off"
+nb_merge_streams = True
+myst_heading_anchors = 3
+myst_enable_extensions = ["colon_fence", "dollarmath"]
+
+autodoc_member_order = "bysource"
+autodoc_typehints = "description"
+napoleon_google_docstring = True
+napoleon_numpy_docstring = False
+
+html_theme = "sphinx_book_theme"
+html_title = "mha · multi-head attention"
+html_static_path = ["_static"]
+html_css_files = ["course.css"]
+html_favicon = "_static/favicon.svg"  # without one, browsers ask the server for /favicon.ico (a 404)
+html_context = {"default_mode": "auto"}  # light or dark, as the reader's system is
+html_theme_options = {
+    "repository_url": REPO_URL,
+    "repository_branch": "main",
+    "path_to_docs": "",  # pages of notebooks/NAME.ipynb launch notebooks/NAME.ipynb in the repository
+    "use_repository_button": True,
+    "launch_buttons": {"colab_url": "https://colab.research.google.com"},
+    "home_page_in_toc": True,
+    "show_navbar_depth": 1,
+}
+html_last_updated_fmt = None
+html_math_renderer = "mathml"  # docs/_ext/mathml.py: MathML made at build time, no MathJax from a CDN

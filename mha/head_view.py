@@ -1,0 +1,376 @@
+"""An interactive head view: hover or click a token to see what every head attends to.
+
+``mha.plot.head_view(weights, tokens)`` returns a :class:`HeadView`. Jupyter, VS Code and Colab display it
+as one output bundle:
+
+- ``text/html``: the interactive view, in plain HTML, CSS and JavaScript (``head_view.js`` and
+  ``head_view.css`` beside this file, inlined). It loads nothing: no CDN, no require.js, no network. Where
+  the JavaScript does not run (GitHub's viewer, an untrusted notebook) the same HTML shows a static picture
+  instead, an SVG written by :func:`static_svg` and inlined as a data URI.
+- ``image/png``: the same static picture drawn by matplotlib at a fixed dpi, for viewers that prefer an
+  image (nbconvert's PDF, for one).
+- ``text/plain``: one line naming the sizes.
+
+Every output is a function of the weights rounded to 3 decimals, the tokens and the layer names: the same
+input gives byte-identical HTML on any machine (the element key is a hash of that content, not a random
+id), so strict ``pytest --nbval`` passes. nbval does not compare ``image/png`` (only ``--nbdime`` does),
+which is as well: PNG bytes change with the matplotlib and Pillow versions.
+
+Prior art: bertviz's head view (Vig, "A Multiscale Visualization of Attention in the Transformer Model",
+ACL 2019 demo, https://github.com/jessevig/bertviz). This one is written from scratch, so that it needs
+neither require.js nor a CDN and shows a picture where JavaScript is stripped.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import html
+import io
+import json
+import warnings
+from collections.abc import Sequence
+from importlib import resources
+
+import torch
+
+#: Head colours: Okabe and Ito's colour-blind-safe palette without black (it vanishes in dark themes).
+#: Heads past the seventh reuse the colours; the cells beside each token are always in head order.
+PALETTE = ("#E69F00", "#56B4E9", "#009E73", "#CC79A7", "#0072B2", "#D55E00", "#F0E442")
+
+DECIMALS = 3  # weights are stored and shown to 3 decimals: enough to see, and stable across machines
+_SCALE = 10**DECIMALS
+_PNG_DPI = 72  # fixed, so the picture's size does not depend on the machine's matplotlib settings
+_TOLERANCE = 1e-4  # softmax rows in float16 overshoot 1 by a few ulps
+
+
+class HeadView:
+    """Attention weights of one or more layers, ready to display as an interactive head view.
+
+    Build it with :func:`head_view`. Displaying it (the last expression of a notebook cell, or
+    ``IPython.display.display(view)``) shows the interactive view; :meth:`to_html`, :meth:`to_png`,
+    :meth:`to_svg` and :meth:`save` give the same content as strings, bytes or files.
+
+    Attributes:
+        weights: list of (h, T, S) int64 tensors, one per layer: the weights in thousandths
+            (1000 = weight 1.0), as stored and shown.
+        tokens: the T query labels. key_tokens: the S key labels. layer_names: one per layer.
+        key: a 12-hex-digit hash of all of the above; the HTML's element key.
+    """
+
+    def __init__(self, weights, tokens, key_tokens, layer_names):
+        self.weights = weights
+        self.tokens = list(tokens)
+        self.key_tokens = list(key_tokens)
+        self.layer_names = list(layer_names)
+        self.payload = json.dumps(
+            {
+                "version": 1,
+                "queries": self.tokens,
+                "keys": self.key_tokens,
+                "colors": [PALETTE[i % len(PALETTE)] for i in range(self.h)],
+                "scale": _SCALE,
+                "layers": [{"name": n, "w": w.tolist()} for n, w in zip(self.layer_names, self.weights)],
+            },
+            ensure_ascii=True,
+            separators=(",", ":"),
+        )
+        self.key = hashlib.sha256(self.payload.encode()).hexdigest()[:12]
+
+    @property
+    def h(self) -> int:
+        return self.weights[0].shape[0]
+
+    def __repr__(self) -> str:
+        n = len(self.weights)
+        return (
+            f"HeadView({n} layer{'s' if n != 1 else ''}, {self.h} head{'s' if self.h != 1 else ''}, "
+            f"{len(self.tokens)} queries x {len(self.key_tokens)} keys)"
+        )
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        return {"text/html": self.to_html(), "image/png": self.to_png(), "text/plain": repr(self)}
+
+    def to_html(self) -> str:
+        """The interactive view as an HTML fragment (no ``<html>`` or ``<head>``), self-contained."""
+        css = _asset("head_view.css")
+        js = _asset("head_view.js")
+        data = _json_for_script(self.payload)
+        static = base64.b64encode(self.to_svg().encode()).decode()
+        n_heads = f"{self.h} head{'s' if self.h != 1 else ''}"
+        alt = html.escape(f"Attention weights, {n_heads} per layer, as heatmaps (static picture)")
+        return (
+            f'<div class="mha-hv" data-mha-hv="{self.key}">\n'
+            f"<style>\n{css}</style>\n"
+            f'<div class="mha-hv-static"><img alt="{alt}" src="data:image/svg+xml;base64,{static}">'
+            '<div class="mha-hv-note">Static picture: run the cell (or trust the notebook) for the '
+            "interactive head view.</div></div>\n"
+            '<div class="mha-hv-app" hidden></div>\n'
+            f'<script type="application/json" class="mha-hv-data">{data}</script>\n'
+            f'<script>\n{js.rstrip()}("{self.key}");\n</script>\n'
+            "</div>\n"
+        )
+
+    def to_svg(self) -> str:
+        """The static picture (one heatmap per layer and head) as an SVG document string."""
+        return static_svg(self)
+
+    def to_png(self) -> bytes:
+        """The static picture drawn by matplotlib, as PNG bytes (same bytes for the same versions)."""
+        return static_png(self)
+
+    def save(self, path) -> None:
+        """Write the view to ``path``: ``.html`` (a standalone interactive page), ``.svg`` or ``.png``.
+
+        Raises:
+            ValueError: the suffix is none of those three.
+        """
+        path = str(path)
+        if path.endswith(".html"):
+            page = (
+                '<!DOCTYPE html>\n<html lang="en">\n<head><meta charset="utf-8"><title>head view</title></head>\n'
+                f"<body>\n{self.to_html()}</body>\n</html>\n"
+            )
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(page)
+        elif path.endswith(".svg"):
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(self.to_svg())
+        elif path.endswith(".png"):
+            with open(path, "wb") as f:
+                f.write(self.to_png())
+        else:
+            raise ValueError(f"save writes .html, .svg or .png files, got {path!r}")
+
+
+def head_view(
+    weights,
+    tokens: Sequence[str],
+    *,
+    key_tokens: Sequence[str] | None = None,
+    layer_names: Sequence[str] | None = None,
+) -> HeadView:
+    """An interactive view of attention heads: hover or click a token to see where each head looks.
+
+    Hover a query token (left column) to see what each head attends to *from* it, or a key token (right
+    column) to see which queries attend *to* it; click to pin the selection, click again to release it.
+    A line's opacity grows with its weight (the square root of it while a token is selected, so that
+    weak links stay visible); the coloured cells beside each token show every head's weight, in head
+    order, with opacity equal to the weight. Buttons toggle heads, a menu switches layers, and SVG / PNG
+    export the current view. It works in JupyterLab, classic Notebook, VS Code, Colab and on the course
+    website, offline: the HTML carries its own JavaScript and CSS and loads nothing. Where JavaScript is
+    stripped (GitHub's notebook viewer) it shows a static picture of every head instead.
+
+    Args:
+        weights: attention weights, any float dtype and device, e.g. the ``w`` of
+            ``y, w = mha.MultiHeadAttention(...)(x)``. One layer: (h, T, S), or (1, h, T, S) (a batch of
+            one; pass ``w[b]`` for sample b of a larger batch). Several layers: a list of those, all of one
+            shape. Every weight must lie in [0, 1] (softmax output: rows sum to 1, or 0 where every key is
+            masked).
+        tokens: T strings, the query tokens (the rows).
+        key_tokens: S strings, the key tokens (the columns); default ``tokens``, which needs T == S.
+            Cross-attention, or queries that are the last T of S tokens (a KV cache), need it.
+        layer_names: one name per layer; default "layer 0", "layer 1", ...
+
+    Returns:
+        A :class:`HeadView`. Its HTML depends only on the weights rounded to 3 decimals, the tokens and
+        the names, so a re-run stores the same notebook output (strict nbval passes).
+
+    Raises:
+        TypeError: weights is not a tensor (or a list of tensors), or not floating point; tokens,
+            key_tokens or layer_names is a single string or holds something other than strings.
+        ValueError: a tensor is not (h, T, S) or (1, h, T, S), layers differ in shape, a size is zero,
+            weights are NaN or outside [0, 1] (scores before the softmax, say, or weights taken in
+            training mode with dropout), or a label list does not match T, S or the number of layers.
+
+    Source: the head view of bertviz (Vig, ACL 2019 demo track, https://github.com/jessevig/bertviz),
+    here without require.js or a CDN, with a static fallback and image export.
+    """
+    layers = _as_layers(weights)
+    h, T, S = layers[0].shape
+    tokens = _labels(tokens, T, "tokens", "T (the number of queries)")
+    if key_tokens is None:
+        if S != T:
+            raise ValueError(
+                f"weights have {T} queries but {S} keys: pass key_tokens (S = {S} labels) as well as tokens"
+            )
+        key_tokens = tokens
+    key_tokens = _labels(key_tokens, S, "key_tokens", "S (the number of keys)")
+    if layer_names is None:
+        layer_names = [f"layer {i}" for i in range(len(layers))]
+    layer_names = _labels(layer_names, len(layers), "layer_names", "the number of layers")
+    permille = [torch.round(w * _SCALE).to(torch.int64) for w in layers]
+    return HeadView(permille, tokens, key_tokens, layer_names)
+
+
+def _as_layers(weights) -> list[torch.Tensor]:
+    """Check weights and return a list of (h, T, S) float64 CPU tensors."""
+    if isinstance(weights, torch.Tensor):
+        items, several = [weights], False
+    elif isinstance(weights, (list, tuple)):
+        items, several = list(weights), True
+        if not items:
+            raise ValueError("weights is an empty list: pass at least one layer's (h, T, S) weights")
+    else:
+        raise TypeError(
+            f"weights must be a torch.Tensor (h, T, S) or a list of them, one per layer, got {type(weights).__name__}"
+        )
+    layers = []
+    for i, w in enumerate(items):
+        where = f"weights[{i}]" if several else "weights"
+        if not isinstance(w, torch.Tensor):
+            raise TypeError(f"{where} must be a torch.Tensor, got {type(w).__name__}")
+        if not w.is_floating_point():
+            raise TypeError(f"{where} must be floating point (softmax output), got {w.dtype}")
+        if w.dim() == 4:
+            if w.shape[0] != 1:
+                raise ValueError(
+                    f"{where} has shape {tuple(w.shape)}: a batch of {w.shape[0]}; the view shows one "
+                    f"sequence, so pass {where.replace('weights', 'w')}[b] (h, T, S) for sample b"
+                )
+            w = w[0]
+        if w.dim() != 3:
+            raise ValueError(f"{where} must be (h, T, S) or (1, h, T, S), got shape {tuple(w.shape)}")
+        if 0 in w.shape:
+            raise ValueError(f"{where} has shape {tuple(w.shape)}: h, T and S must all be at least 1")
+        if layers and w.shape != layers[0].shape:
+            raise ValueError(
+                f"all layers must have one shape (h, T, S): weights[0] is {tuple(layers[0].shape)}, "
+                f"{where} is {tuple(w.shape)}"
+            )
+        w = w.detach().to("cpu", torch.float64)
+        if bool(w.isnan().any()):
+            raise ValueError(f"{where} contains NaN")
+        lo, hi = w.min().item(), w.max().item()
+        if lo < -_TOLERANCE or hi > 1 + _TOLERANCE:
+            raise ValueError(
+                f"{where} must lie in [0, 1] (softmax output), got values from {lo:.4g} to {hi:.4g}: "
+                "scores before the softmax, or weights taken in training mode with dropout? Use model.eval()."
+            )
+        layers.append(w.clamp(0.0, 1.0))
+    return layers
+
+
+def _labels(labels, n: int, name: str, what: str) -> list[str]:
+    if isinstance(labels, str):
+        raise TypeError(f"{name} must be a list of strings, got one string {labels[:30]!r}: use .split()?")
+    try:
+        labels = list(labels)
+    except TypeError:
+        raise TypeError(f"{name} must be a list of strings, got {type(labels).__name__}") from None
+    for i, s in enumerate(labels):
+        if not isinstance(s, str):
+            raise TypeError(f"{name}[{i}] must be a string, got {type(s).__name__} {s!r}")
+    if len(labels) != n:
+        raise ValueError(f"{name} has {len(labels)} labels but {what} is {n}")
+    return labels
+
+
+def _asset(name: str) -> str:
+    return resources.files("mha").joinpath(name).read_text(encoding="utf-8")
+
+
+def _json_for_script(payload: str) -> str:
+    """JSON that is safe inside <script>: no "</script>", "<!--" or "&" can end or open anything."""
+    return payload.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+# --- the static picture -----------------------------------------------------------------------------------
+# One heatmap per layer (rows) and head (columns), the cell colour that head's, its opacity the weight.
+
+
+def _layout(view: HeadView):
+    T, S = len(view.tokens), len(view.key_tokens)
+    cell = 14 if max(T, S) <= 16 else 9 if max(T, S) <= 40 else 5
+    char = 6.6  # px per character at 11 px, a generous average for a sans-serif font
+    left = 8 + char * max(len(t) for t in view.tokens)
+    top_keys = 8 + char * max(len(t) for t in view.key_tokens)
+    gap, title = 16, 18
+    return T, S, cell, left, top_keys, gap, title
+
+
+def static_svg(view: HeadView) -> str:
+    """Write the static picture of ``view`` as an SVG document, from the rounded weights alone.
+
+    Deterministic by construction (plain string formatting of integers), so it can sit inside the
+    notebook's HTML output without breaking strict nbval on another machine.
+    """
+    T, S, cell, left, top_keys, gap, title = _layout(view)
+    h, n_layers = view.h, len(view.weights)
+    panel_w, panel_h = S * cell, T * cell
+    width = round(left + h * (panel_w + gap) + 8)
+    row_h = title + panel_h + gap
+    height = round(top_keys + n_layers * row_h + 4)
+    esc = html.escape
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="11">',
+        f'<rect width="{width}" height="{height}" fill="#ffffff"/>',
+    ]
+    for k in range(h):  # key labels once, above every head's column of panels
+        x0 = left + k * (panel_w + gap)
+        for j, tok in enumerate(view.key_tokens):
+            x, y = round(x0 + (j + 0.5) * cell + 3.5), round(top_keys - 4)
+            out.append(f'<text transform="translate({x} {y}) rotate(-90)" fill="#222222">{esc(tok)}</text>')
+    for layer, (name, w) in enumerate(zip(view.layer_names, view.weights)):
+        y0 = top_keys + layer * row_h + title
+        for i, tok in enumerate(view.tokens):
+            y = round(y0 + (i + 0.5) * cell + 4)
+            out.append(f'<text x="{round(left - 4)}" y="{y}" text-anchor="end" fill="#222222">{esc(tok)}</text>')
+        for k in range(h):
+            x0 = left + k * (panel_w + gap)
+            color = PALETTE[k % len(PALETTE)]
+            label = f"{name} · head {k}" if n_layers > 1 else f"head {k}"
+            out.append(f'<text x="{round(x0)}" y="{round(y0 - 5)}" fill="#222222">{esc(label)}</text>')
+            out.append(
+                f'<rect x="{round(x0)}" y="{round(y0)}" width="{panel_w}" height="{panel_h}" '
+                'fill="none" stroke="#bbbbbb"/>'
+            )
+            # One path per opacity level (in twentieths) keeps the SVG small.
+            levels: dict[int, list[str]] = {}
+            for i, row in enumerate(w[k].tolist()):
+                for j, v in enumerate(row):
+                    level = (v * 20 + _SCALE // 2) // _SCALE
+                    if level:
+                        levels.setdefault(level, []).append(
+                            f"M{round(x0 + j * cell)} {round(y0 + i * cell)}h{cell}v{cell}h-{cell}z"
+                        )
+            for level in sorted(levels):
+                out.append(f'<path d="{"".join(levels[level])}" fill="{color}" fill-opacity="{level / 20:g}"/>')
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
+
+
+def static_png(view: HeadView) -> bytes:
+    """Draw the static picture of ``view`` with matplotlib (Agg, fixed dpi, no timestamp), as PNG bytes."""
+    from matplotlib.colors import LinearSegmentedColormap
+    from matplotlib.figure import Figure  # not pyplot: nothing is registered for display
+
+    T, S, cell, left, top_keys, gap, title = _layout(view)
+    h, n_layers = view.h, len(view.weights)
+    inch = 1 / _PNG_DPI
+    fig = Figure(
+        figsize=((left + h * (S * cell + gap) + 8) * inch, (top_keys + n_layers * (title + T * cell + gap)) * inch),
+        dpi=_PNG_DPI,
+        layout="constrained",
+    )
+    axes = fig.subplots(n_layers, h, squeeze=False)
+    # "$" would start matplotlib's mathtext; an escaped "\$" is drawn as a plain dollar sign.
+    tokens = [t.replace("$", r"\$") for t in view.tokens]
+    keys = [t.replace("$", r"\$") for t in view.key_tokens]
+    for layer, (name, w) in enumerate(zip(view.layer_names, view.weights)):
+        for k in range(h):
+            ax = axes[layer, k]
+            cmap = LinearSegmentedColormap.from_list(f"head{k}", ["#ffffff", PALETTE[k % len(PALETTE)]])
+            ax.imshow(w[k].numpy() / _SCALE, vmin=0.0, vmax=1.0, cmap=cmap, interpolation="nearest")
+            label = f"{name} · head {k}" if n_layers > 1 else f"head {k}"
+            ax.set_title(label.replace("$", r"\$"), fontsize=9, loc="left")
+            ax.set_yticks(range(T), labels=tokens if k == 0 else [""] * T, fontsize=8)
+            ax.set_xticks(range(S), labels=keys, fontsize=8, rotation=90)
+            ax.xaxis.tick_top()
+    buf = io.BytesIO()
+    with warnings.catch_warnings():
+        # A token in a script DejaVu Sans lacks is drawn as a box; the HTML view shows it properly.
+        warnings.filterwarnings("ignore", message=r"Glyph \d+ .*missing from font")
+        fig.savefig(buf, format="png", dpi=_PNG_DPI, metadata={"Software": None})
+    return buf.getvalue()

@@ -1,0 +1,303 @@
+"""mha.plot.head_view: what it stores, what it refuses, and that strict nbval accepts its output.
+
+The view's behaviour in a real browser (hover, heads, layers, export) is tested in test_site.py.
+"""
+
+import base64
+import io
+import json
+import re
+import struct
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from html.parser import HTMLParser
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.image  # noqa: E402
+import nbformat  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+import mha  # noqa: E402
+from mha.head_view import PALETTE, HeadView  # noqa: E402
+from mha.plot import head_view  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+TOKENS = ["the", "cat", "sat", "on", "the", "mat"]
+
+
+def layer_weights(seed=0, h=4, T=6):
+    torch.manual_seed(seed)
+    _, w = mha.MultiHeadAttention(8 * h, h)(torch.randn(1, T, 8 * h))  # (1, h, T, T), causal
+    return w
+
+
+class Parts(HTMLParser):
+    """The view's HTML, taken apart: tags seen, the JSON data, the script, the static image."""
+
+    def __init__(self, text):
+        super().__init__()
+        self.tags, self.data, self.script, self.img, self._in = [], None, None, None, None
+        self.feed(text)
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        self.tags.append((tag, attrs))
+        if tag == "script":
+            self._in = "data" if attrs.get("type") == "application/json" else "script"
+        if tag == "img":
+            self.img = attrs["src"]
+
+    def handle_endtag(self, tag):
+        if tag == "script":
+            self._in = None
+
+    def handle_data(self, data):
+        if self._in == "data":
+            self.data = json.loads(data)
+        elif self._in == "script":
+            self.script = data
+
+
+def png_size(png: bytes):
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    return struct.unpack(">II", png[16:24])
+
+
+def test_bundle_has_html_png_and_text():
+    w = layer_weights()
+    view = head_view(w, TOKENS)
+    bundle = view._repr_mimebundle_()
+    assert set(bundle) == {"text/html", "image/png", "text/plain"}
+    assert bundle["text/plain"] == "HeadView(1 layer, 4 heads, 6 queries x 6 keys)"
+    width, height = png_size(bundle["image/png"])
+    assert width > 100 and height > 50
+    assert isinstance(view, HeadView) and mha.plot.head_view is head_view
+
+
+def test_html_stores_the_rounded_weights_tokens_and_names():
+    w0, w1 = layer_weights(0)[0], layer_weights(1)[0]  # two layers, (4, 6, 6) each
+    view = head_view([w0, w1[None]], TOKENS, layer_names=["first", "second"])
+    parts = Parts(view.to_html())
+    data = parts.data
+    assert data["queries"] == data["keys"] == TOKENS
+    assert [layer["name"] for layer in data["layers"]] == ["first", "second"]
+    assert data["colors"] == list(PALETTE[:4])
+    for layer, w in zip(data["layers"], (w0, w1)):
+        stored = torch.tensor(layer["w"], dtype=torch.float64) / data["scale"]  # (h, T, S)
+        assert stored.shape == (4, 6, 6)
+        assert (stored - w.double()).abs().max().item() <= 0.0005 + 1e-12  # rounded to 3 decimals
+    # The root carries the content hash; nothing else in the HTML has an id.
+    roots = [a for t, a in parts.tags if a.get("class") == "mha-hv"]
+    assert len(roots) == 1 and roots[0]["data-mha-hv"] == view.key and re.fullmatch(r"[0-9a-f]{12}", view.key)
+    assert not [a for _, a in parts.tags if "id" in a]
+    assert parts.script.rstrip().endswith(f'("{view.key}");')
+
+
+def test_output_is_deterministic_and_depends_only_on_the_rounded_content():
+    w = layer_weights()[0].double()
+    a, b = head_view(w, TOKENS), head_view(w.clone(), TOKENS)
+    assert a.to_html() == b.to_html() and a.to_png() == b.to_png()
+    rounded = torch.round(w * 1000) / 1000  # the same numbers to 3 decimals, the bits differ
+    jitter = torch.where(w > 0, rounded + 1e-6, rounded)
+    assert not torch.equal(jitter, w)
+    assert head_view(jitter, TOKENS).to_html() == a.to_html()
+    other = w.clone()
+    other[0, 5] = torch.tensor([0.2, 0.2, 0.2, 0.2, 0.1, 0.1], dtype=torch.float64)
+    changed = head_view(other, TOKENS)
+    assert changed.key != a.key and changed.to_html() != a.to_html()
+    assert head_view(w, TOKENS, layer_names=["attn"]).key != a.key
+
+
+def test_html_loads_nothing_and_has_no_global_script_tricks():
+    text = head_view(layer_weights(), TOKENS).to_html()
+    parts = Parts(text)
+    for tag, attrs in parts.tags:
+        for name in ("src", "href"):
+            value = attrs.get(name)
+            assert value is None or value.startswith("data:"), (tag, name, value)
+    # The only URL is the SVG namespace, which names and never loads anything.
+    assert set(re.findall(r"https?://[^\s\"'<>)]+", text)) == {"http://www.w3.org/2000/svg"}
+    for banned in ("require(", "define(", "import(", "fetch(", "XMLHttpRequest", "Math.random", "Date.now"):
+        assert banned not in text
+
+
+def test_static_picture_is_svg_with_one_panel_per_layer_and_head():
+    view = head_view([layer_weights(0), layer_weights(1)], TOKENS)
+    src = Parts(view.to_html()).img
+    assert src.startswith("data:image/svg+xml;base64,")
+    svg = base64.b64decode(src.split(",", 1)[1]).decode()
+    assert svg == view.to_svg()
+    root = ET.fromstring(svg)
+    ns = "{http://www.w3.org/2000/svg}"
+    titles = [t.text for t in root.iter(ns + "text") if t.text and "head" in t.text]
+    assert titles == [f"layer {layer} · head {k}" for layer in range(2) for k in range(4)]
+    fills = {p.get("fill") for p in root.iter(ns + "path")}
+    assert fills == set(PALETTE[:4])
+    # The weight-1 cell at the top-left of every causal table is drawn fully opaque.
+    assert any(p.get("fill-opacity") == "1" for p in root.iter(ns + "path"))
+
+
+def test_png_is_fixed_dpi_without_metadata_and_shows_the_heads():
+    w = layer_weights()
+    png = head_view(w, TOKENS).to_png()
+    assert b"tEXt" not in png and b"Software" not in png  # no matplotlib version, no date
+    pixels = matplotlib.image.imread(io.BytesIO(png))  # (H, W, 4) floats in [0, 1]
+    colours = {tuple(round(c * 255) for c in px[:3]) for px in pixels.reshape(-1, 4)}
+    for hex_colour in PALETTE[:4]:  # each head's colour, at weight 1 (the top-left cell)
+        rgb = tuple(int(hex_colour[i : i + 2], 16) for i in (1, 3, 5))
+        assert any(max(abs(a - b) for a, b in zip(rgb, c)) <= 2 for c in colours), hex_colour
+    # Twice the heads, twice as wide (give or take the margins): the size follows the content.
+    wide = head_view(torch.cat([w, w], dim=1), TOKENS).to_png()
+    assert png_size(wide)[0] > 1.7 * png_size(png)[0]
+
+
+def test_hostile_tokens_stay_text():
+    tokens = ["</script><script>alert(1)</script>", "<!--", "a & b", '"q"', "$x$", "日本"]
+    view = head_view(layer_weights(), tokens)
+    text = view.to_html()
+    assert "<script>alert" not in text and "<!--" not in text
+    assert Parts(text).data["queries"] == tokens
+    ET.fromstring(view.to_svg())  # still well-formed XML
+    png_size(view.to_png())  # "$x$" is not mathtext, CJK glyphs missing from the font don't warn
+
+
+def test_cross_attention_needs_key_tokens():
+    w = torch.softmax(torch.randn(2, 3, 5), dim=-1)  # (h, T, S): 3 queries, 5 keys
+    with pytest.raises(ValueError, match="3 queries but 5 keys: pass key_tokens"):
+        head_view(w, ["a", "b", "c"])
+    view = head_view(w, ["a", "b", "c"], key_tokens=list("vwxyz"))
+    assert Parts(view.to_html()).data["keys"] == list("vwxyz")
+
+
+def test_accepts_grad_half_precision_and_masked_rows():
+    w = layer_weights()
+    assert w.requires_grad
+    head_view(w, TOKENS)
+    head_view(w.detach().half(), TOKENS)
+    head_view(w.detach().bfloat16(), TOKENS)
+    blocked = w.detach().clone()
+    blocked[0, :, 2] = 0.0  # a query whose keys were all masked: mha gives it zero weights
+    head_view(blocked, TOKENS)
+
+
+@pytest.mark.parametrize(
+    "weights, match",
+    [
+        (torch.rand(6, 6), r"must be \(h, T, S\) or \(1, h, T, S\), got shape \(6, 6\)"),
+        (torch.rand(2, 4, 6, 6), r"a batch of 2; .* pass w\[b\]"),
+        (torch.rand(1, 1, 4, 6, 6), r"got shape \(1, 1, 4, 6, 6\)"),
+        (torch.rand(0, 6, 6), "must all be at least 1"),
+        ([], "empty list"),
+        ([torch.rand(4, 6, 6), torch.rand(2, 6, 6)], r"weights\[0\] is \(4, 6, 6\), weights\[1\] is \(2, 6, 6\)"),
+        (torch.full((4, 6, 6), float("nan")), "contains NaN"),
+        (torch.randn(4, 6, 6) * 3, r"must lie in \[0, 1\].*scores before the softmax"),
+        (torch.full((4, 6, 6), 1.25), "from 1.25 to 1.25: .* training mode with dropout"),
+    ],
+)
+def test_bad_weights_raise_value_error(weights, match):
+    with pytest.raises(ValueError, match=match):
+        head_view(weights, TOKENS)
+
+
+@pytest.mark.parametrize(
+    "weights, match",
+    [
+        ([[0.5, 0.5]], "must be a torch.Tensor"),
+        ("weights", "must be a torch.Tensor"),
+        (torch.ones(4, 6, 6, dtype=torch.int64), "floating point"),
+        ([torch.rand(4, 6, 6), "x"], r"weights\[1\] must be a torch.Tensor"),
+    ],
+)
+def test_bad_weight_types_raise_type_error(weights, match):
+    with pytest.raises(TypeError, match=match):
+        head_view(weights, TOKENS)
+
+
+def test_bad_labels():
+    w = torch.rand(4, 6, 6)
+    with pytest.raises(ValueError, match=r"tokens has 5 labels but T \(the number of queries\) is 6"):
+        head_view(w, TOKENS[:5])
+    with pytest.raises(TypeError, match=r"one string .*\.split\(\)"):
+        head_view(w, "the cat sat on the mat")
+    with pytest.raises(TypeError, match=r"tokens\[2\] must be a string, got int"):
+        head_view(w, ["a", "b", 3, "d", "e", "f"])
+    with pytest.raises(TypeError, match="must be a list of strings, got int"):
+        head_view(w, 6)
+    with pytest.raises(ValueError, match=r"key_tokens has 2 labels but S \(the number of keys\) is 6"):
+        head_view(w, TOKENS, key_tokens=["a", "b"])
+    with pytest.raises(ValueError, match="layer_names has 2 labels but the number of layers is 1"):
+        head_view(w, TOKENS, layer_names=["a", "b"])
+
+
+def test_save(tmp_path):
+    view = head_view(layer_weights(), TOKENS)
+    for suffix in ("html", "svg", "png"):
+        view.save(tmp_path / f"v.{suffix}")
+    page = (tmp_path / "v.html").read_text(encoding="utf-8")
+    assert page.startswith("<!DOCTYPE html>") and view.to_html() in page
+    assert (tmp_path / "v.svg").read_text(encoding="utf-8") == view.to_svg()
+    assert (tmp_path / "v.png").read_bytes() == view.to_png()
+    with pytest.raises(ValueError, match=r"\.html, \.svg or \.png"):
+        view.save(tmp_path / "v.pdf")
+
+
+def test_assets_cannot_end_the_inline_script():
+    import importlib.resources
+
+    for name in ("head_view.js", "head_view.css"):
+        text = importlib.resources.files("mha").joinpath(name).read_text(encoding="utf-8").lower()
+        assert "</script" not in text and "<!--" not in text and "</style" not in text, name
+
+
+NOTEBOOK_CELL = """\
+import torch
+import mha
+from mha.plot import head_view
+
+torch.manual_seed(0)
+_, w = mha.MultiHeadAttention(16, 2)(torch.randn(1, 5, 16))
+head_view(w, ["a", "b", "c", "d", "e"])
+"""
+
+
+def test_strict_nbval_accepts_a_stored_head_view_and_catches_a_changed_one(tmp_path):
+    """Store a head view as a notebook output, then let strict nbval re-run it. Cell 1 stores what this
+    process computes, with the PNG of another picture standing in for another machine's matplotlib: it
+    passes, since nbval compares text/html and text/plain, not image/png. Cell 2 stores the same HTML with
+    one weight changed by 0.001: it fails. Both in one kernel, to keep the test quick."""
+    torch.manual_seed(0)
+    _, w = mha.MultiHeadAttention(16, 2)(torch.randn(1, 5, 16))
+    bundle = head_view(w, ["a", "b", "c", "d", "e"])._repr_mimebundle_()
+    other_png = head_view(torch.full((1, 2, 2), 0.5), ["x", "y"]).to_png()
+    assert other_png != bundle["image/png"]
+    data = {"text/html": bundle["text/html"], "text/plain": bundle["text/plain"],
+            "image/png": base64.b64encode(other_png).decode()}
+
+    stored = json.dumps(Parts(data["text/html"]).data["layers"][0]["w"][0][1], separators=(",", ":"))
+    row = json.loads(stored)  # head 0, query 1: weights on keys 0 and 1, then zeros (causal)
+    changed = json.dumps([row[0] + 1, row[1] - 1] + row[2:], separators=(",", ":"))
+    tampered = dict(data, **{"text/html": data["text/html"].replace(stored, changed, 1)})
+    assert tampered["text/html"] != data["text/html"]
+
+    cells = []
+    for n, stored_data in enumerate((data, tampered), start=1):
+        cell = nbformat.v4.new_code_cell(NOTEBOOK_CELL, execution_count=n)
+        cell.outputs = [nbformat.v4.new_output("execute_result", data=stored_data, execution_count=n)]
+        cells.append(cell)
+    nb = nbformat.v4.new_notebook(cells=cells)
+    nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
+    path = tmp_path / "view.ipynb"
+    nbformat.write(nb, path)
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval", "--nbval-current-env", path.name],
+        capture_output=True, text=True, cwd=tmp_path, timeout=300,
+    )
+    assert "1 failed, 1 passed" in result.stdout, result.stdout[-3000:]
+    assert re.search(r"FAILED view.ipynb::Cell 1\b", result.stdout), result.stdout[-3000:]
+    assert "Cell outputs differ" in result.stdout
