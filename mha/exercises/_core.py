@@ -96,8 +96,10 @@ def checker(task: str, usage: str):
     return decorate
 
 
-def call(fn, *args, what: str, probe: str, **kwargs):
+def call(fn, *args, what: str, probe: str, hint: str = "", **kwargs):
     """Run the learner's ``fn(*args, **kwargs)``; anything it raises becomes a Mistake.
+
+    ``hint`` is added to the message when it raises.
 
     Warnings are silenced (a notebook must not show stderr), autograd is off,
     and the global RNG is seeded inside a fork, so a learner's use of
@@ -112,7 +114,7 @@ def call(fn, *args, what: str, probe: str, **kwargs):
         raise _NotImplementedYet from None
     except Exception as err:  # the learner's code failed: say how, never re-raise
         text = str(err).strip().splitlines()
-        detail = f": {text[0][:300]}" if text else ""
+        detail = (f": {text[0][:300]}" if text else "") + (f". {hint}" if hint else "")
         raise Mistake(f"{what} raised {type(err).__name__}{detail}", probe=probe) from None
 
 

@@ -24,6 +24,11 @@ _KEEP = torch.tensor(
     dtype=torch.bool,
 )  # fmt: skip
 
+_BATCHED = (
+    "The probes are batched, (B, h, T, d_k): swap the last two dims of k with k.transpose(-2, -1) "
+    "(k.T reverses all of them), and let the mask broadcast."
+)
+
 _SOFTMAX_DIMS = {0: "the batch (dim 0)", 1: "the heads (dim 1)", 2: "the queries (dim -2)"}
 
 
@@ -79,7 +84,7 @@ def check_attention(fn) -> str:
     """
     for q, k, v, keep, probe in _probes():
         args = (q.clone(), k.clone(), v.clone()) + (() if keep is None else (keep.clone(),))
-        result = call(fn, *args, what="your attention", probe=probe)
+        result = call(fn, *args, what="your attention", probe=probe, hint=_BATCHED)
         out, weights = expect_pair(result, "attention", "(out, weights)", probe)
         right_out, right_w = attend(q, k, v, keep)
         if right_out.shape != right_w.shape and out.shape == right_w.shape and weights.shape == right_out.shape:
