@@ -68,7 +68,8 @@ def check_attention(fn) -> str:
     (B, h, T, d_v), weights (B, h, T, S). ``mask`` is a bool keep-mask (T, S):
     True = this query may attend to this key. Probes float32 CPU tensors with
     B=2, h=3, T=4, S=6, d_k=8, d_v=5, without a mask, with an irregular
-    (4, 6) mask, and with a causal (5, 5) mask; no probe blocks a whole row.
+    (4, 6) mask, and with a causal (7, 7) one (T = S = 7); no probe blocks a
+    whole row.
 
     Names the mistakes "scale" (anything but 1/√d_k), "softmax" (over the
     wrong dim), "inverted" (True read as blocked) and "value" (K where V
