@@ -7,10 +7,12 @@ a hole in the tests.
     python tests/mutants.py                          # every mutant, the current tests
     python tests/mutants.py --tests-from 5ba93e2     # the tests as they were at a commit
     python tests/mutants.py --only softmax W_O       # some mutants
+    python tests/mutants.py --all                    # no -x: every failing test (~2 min a mutant)
+    python tests/mutants.py --killers                # only the named killers, in one interpreter
 
-It prints a Markdown table: mutant, the first test that failed (``pytest -x``), and how
-long that took. tests/test_mutants.py keeps the table true in CI: each mutant's ``killers``
-must fail on it, and pass on the unmutated library.
+It prints a Markdown table: mutant, the first test that failed (``pytest -x``) or, with
+``--all``, every failing test, and how long that took. tests/test_mutants.py runs
+``--killers`` in CI: each mutant's killers must fail on it, and pass on the unmutated library.
 """
 
 from __future__ import annotations
