@@ -4,6 +4,7 @@ Masks everywhere in this package are keep-masks: True or 1 means "this query
 may attend to this key". See the README's "The mask convention".
 """
 
+from . import exercises
 from .attention import scaled_dot_product_attention
 from .cache import KVCache
 from .heads import merge_heads, split_heads
@@ -21,6 +22,7 @@ __all__ = [
     "as_keep_mask",
     "causal_mask",
     "count_parameters",
+    "exercises",
     "from_torch",
     "merge_heads",
     "padding_mask",
