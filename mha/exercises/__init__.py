@@ -28,9 +28,11 @@ this key".
 | ``check_attention(fn)`` | ``fn(q, k, v, mask=None) -> (out, weights)`` |
 | ``check_multi_head_attention(cls)`` | ``cls(d_model, h)``: ``qkv``, ``out``, ``forward(x, causal=True) -> (y, w)`` |
 | ``check_torch_attn_mask(fn)`` | ``fn(keep)``: a (T, S) keep-mask -> ``nn.MultiheadAttention``'s ``attn_mask`` |
+| ``check_answer(answer, expected, name=...)`` | a number (or dict of numbers) against one the notebook computed |
 """
 
 from ._core import CheckResult
+from .answers import check_answer
 from .attention import check_attention
 from .heads import check_merge_heads, check_split_heads
 from .masks import check_torch_attn_mask
@@ -53,6 +55,7 @@ MISTAKES = {
 __all__ = [
     "MISTAKES",
     "CheckResult",
+    "check_answer",
     "check_attention",
     "check_merge_heads",
     "check_multi_head_attention",
