@@ -11,15 +11,17 @@ a re-run change the file when nothing really changed:
 * stream output is stored as a front-end shows it: chunks joined, carriage returns and
   backspaces applied (a tqdm progress bar is stored as its final line, not as every
   redraw the kernel happened to flush);
-* a cell marked ``# NBVAL_IGNORE_OUTPUT`` (timing cells) keeps its stored output when
-  the new one differs only in its numbers. Pass ``--refresh-timing`` to store the new
-  numbers anyway, e.g. after a change that makes something faster.
+* a cell marked ``# NBVAL_IGNORE_OUTPUT`` (timing cells) whose code is as committed in git
+  keeps its stored output when the new one differs only in its numbers. Pass
+  ``--refresh-timing`` to store the new numbers anyway, e.g. after a change that makes
+  something faster.
 """
 
 import argparse
 import copy
 import json
 import re
+import subprocess
 from pathlib import Path
 
 import nbformat
@@ -33,6 +35,7 @@ IGNORE_MARK = "NBVAL_IGNORE_OUTPUT"
 def execute(path: Path, refresh_timing: bool = False) -> None:
     nb = nbformat.read(path, as_version=4)
     stored = [copy.deepcopy(cell.get("outputs")) for cell in nb.cells]
+    committed = committed_sources(path)
     client = NotebookClient(
         nb, timeout=600, kernel_name="python3", record_timing=False,
         resources={"metadata": {"path": str(path.parent)}},
@@ -44,10 +47,22 @@ def execute(path: Path, refresh_timing: bool = False) -> None:
         if cell.cell_type != "code":
             continue
         cell.outputs = merge_streams(cell.outputs)
-        if not refresh_timing and IGNORE_MARK in cell.source and old and same_but_numbers(old, cell.outputs):
+        keep = IGNORE_MARK in cell.source and committed.get(cell.get("id")) == cell.source
+        if keep and not refresh_timing and old and same_but_numbers(old, cell.outputs):
             cell.outputs = old
     nbformat.write(nb, path)
     print(f"executed {path.name}")
+
+
+def committed_sources(path: Path) -> dict:
+    """Cell id -> source of the notebook as committed in git (empty if it is not in git)."""
+    try:
+        r = subprocess.run(["git", "show", f"HEAD:./{path.name}"], cwd=path.parent, capture_output=True, text=True)
+    except OSError:
+        return {}
+    if r.returncode != 0:
+        return {}
+    return {cell.get("id"): cell.source for cell in nbformat.reads(r.stdout, as_version=4).cells}
 
 
 def merge_streams(outputs):
