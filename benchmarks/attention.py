@@ -441,8 +441,9 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--smoke", action="store_true",
                    help="tiny configuration (d_model 64, h 4, T 16, decode 16, memory at T 256): seconds")
     p.add_argument("--output", type=Path, help="also write the Markdown report to this file")
-    p.add_argument("--json", type=Path, help="also write every number to this file (mha/data/benchmark_results.json is the "
-                   "recorded run that notebook 06 plots)")
+    p.add_argument("--json", type=Path,
+                   help="also write every number to this file (mha/data/benchmark_results.json is the recorded run "
+                   "that notebook 06 plots)")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
 
