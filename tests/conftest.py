@@ -17,3 +17,8 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+def pytest_addoption(parser):
+    # tests/test_colab.py runs every notebook in a fresh venv, as Colab would: minutes, so CI asks for it.
+    parser.addoption("--colab", action="store_true", help="also run every notebook as in Colab (tests/test_colab.py)")
