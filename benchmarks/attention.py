@@ -2,7 +2,10 @@
 
     python benchmarks/attention.py --smoke                  # seconds: proves it runs (CI)
     python benchmarks/attention.py                          # the full run: minutes on 2 cores
-    python benchmarks/attention.py --output benchmarks/RESULTS.md --json benchmarks/results.json
+    python benchmarks/attention.py --output benchmarks/RESULTS.md --json mha/data/benchmark_results.json
+
+The JSON ships inside the package (``mha/data/benchmark_results.json``), so notebook 06 can plot
+the recorded run wherever it opens, Colab included, through ``importlib.resources``.
 
 What is compared (d_model 768, h 12, batch B, causal self-attention, float32):
 
@@ -438,7 +441,9 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--smoke", action="store_true",
                    help="tiny configuration (d_model 64, h 4, T 16, decode 16, memory at T 256): seconds")
     p.add_argument("--output", type=Path, help="also write the Markdown report to this file")
-    p.add_argument("--json", type=Path, help="also write every number (for the notebooks' plot) to this file")
+    p.add_argument("--json", type=Path,
+                   help="also write every number to this file (mha/data/benchmark_results.json is the recorded run "
+                   "that notebook 06 plots)")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
 

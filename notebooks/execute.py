@@ -2,12 +2,26 @@
 
     python notebooks/execute.py                      # every notebook
     python notebooks/execute.py notebooks/02_*.ipynb # some of them
+    python notebooks/execute.py --refresh-timing ... # also store new timings (see below)
 
-This is `jupyter execute --inplace` (the same nbclient engine) without the
-per-cell timestamps it records, so a re-run changes only what really changed.
+This is `jupyter execute --inplace` (the same nbclient engine) without what would make
+a re-run change the file when nothing really changed:
+
+* no per-cell timestamps;
+* stream output is stored as a front-end shows it: chunks joined, carriage returns and
+  backspaces applied (a tqdm progress bar is stored as its final line, not as every
+  redraw the kernel happened to flush);
+* a cell marked ``# NBVAL_IGNORE_OUTPUT`` (timing cells) whose code is as committed in git
+  keeps its stored output when the new one differs only in its numbers. Pass
+  ``--refresh-timing`` to store the new numbers anyway, e.g. after a change that makes
+  something faster.
 """
 
-import sys
+import argparse
+import copy
+import json
+import re
+import subprocess
 from pathlib import Path
 
 import nbformat
@@ -15,27 +29,45 @@ from nbclient import NotebookClient
 
 HERE = Path(__file__).resolve().parent
 KERNELSPEC = {"display_name": "Python 3", "language": "python", "name": "python3"}
+IGNORE_MARK = "NBVAL_IGNORE_OUTPUT"
 
 
-def execute(path: Path) -> None:
+def execute(path: Path, refresh_timing: bool = False) -> None:
     nb = nbformat.read(path, as_version=4)
+    stored = [copy.deepcopy(cell.get("outputs")) for cell in nb.cells]
+    committed = committed_sources(path)
     client = NotebookClient(
         nb, timeout=600, kernel_name="python3", record_timing=False,
         resources={"metadata": {"path": str(path.parent)}},
     )
     client.execute()
     nb.metadata = {"kernelspec": KERNELSPEC, "language_info": {"name": "python"}}
-    for cell in nb.cells:
+    for cell, old in zip(nb.cells, stored):
         cell.metadata.pop("execution", None)
-        if cell.cell_type == "code":
-            cell.outputs = merge_streams(cell.outputs)
+        if cell.cell_type != "code":
+            continue
+        cell.outputs = merge_streams(cell.outputs)
+        keep = IGNORE_MARK in cell.source and committed.get(cell.get("id")) == cell.source
+        if keep and not refresh_timing and old and same_but_numbers(old, cell.outputs):
+            cell.outputs = old
     nbformat.write(nb, path)
     print(f"executed {path.name}")
 
 
+def committed_sources(path: Path) -> dict:
+    """Cell id -> source of the notebook as committed in git (empty if it is not in git)."""
+    try:
+        r = subprocess.run(["git", "show", f"HEAD:./{path.name}"], cwd=path.parent, capture_output=True, text=True)
+    except OSError:
+        return {}
+    if r.returncode != 0:
+        return {}
+    return {cell.get("id"): cell.source for cell in nbformat.reads(r.stdout, as_version=4).cells}
+
+
 def merge_streams(outputs):
-    """Join consecutive stdout (or stderr) chunks, so that how the kernel happened to
-    flush a cell's prints does not change the stored notebook."""
+    """Join consecutive stdout (or stderr) chunks and store the text as it is displayed, so
+    that how the kernel happened to flush a cell's prints does not change the stored notebook."""
     merged = []
     for out in outputs:
         prev = merged[-1] if merged else None
@@ -43,10 +75,46 @@ def merge_streams(outputs):
             prev.text += out.text
         else:
             merged.append(out)
+    for out in merged:
+        if out.output_type == "stream":
+            out.text = as_displayed(out.text)
     return merged
 
 
+def as_displayed(text: str) -> str:
+    """Stream text as a terminal or a Jupyter front-end shows it.
+
+    A backspace erases the character before it; ``\\r\\n`` is a newline; a lone ``\\r``
+    returns to the start of the line, and what follows overwrites what was there.
+    """
+    while (erased := re.sub("[^\n\x08]\x08", "", text)) != text:
+        text = erased
+    lines = []
+    for line in text.replace("\r\n", "\n").split("\n"):
+        shown = ""
+        for part in line.split("\r"):
+            shown = part + shown[len(part):]
+        lines.append(shown)
+    return "\n".join(lines)
+
+
+def same_but_numbers(old, new) -> bool:
+    """Whether two lists of outputs are equal once every run of digits is masked."""
+    def masked(outputs):
+        return re.sub(r"\d+", "0", json.dumps(outputs, sort_keys=True))
+
+    return masked(old) == masked(new)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("paths", nargs="*", type=Path, help="notebooks (default: every notebook in notebooks/)")
+    parser.add_argument("--refresh-timing", action="store_true",
+                        help="store new outputs in NBVAL_IGNORE_OUTPUT cells even if only their numbers changed")
+    args = parser.parse_args(argv)
+    for p in args.paths or sorted(HERE.glob("*.ipynb")):
+        execute(p, refresh_timing=args.refresh_timing)
+
+
 if __name__ == "__main__":
-    paths = [Path(p) for p in sys.argv[1:]] or sorted(HERE.glob("*.ipynb"))
-    for p in paths:
-        execute(p)
+    main()

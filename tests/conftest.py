@@ -46,6 +46,8 @@ def graphs():
 # --site, which the README's test command and CI pass; without it they are skipped, and say why.
 def pytest_addoption(parser):
     parser.addoption("--site", action="store_true", help="build the website and test it in headless Chromium")
+    # tests/test_colab.py runs every notebook in a fresh venv, as Colab would: minutes, so CI asks for it.
+    parser.addoption("--colab", action="store_true", help="also run every notebook as in Colab (tests/test_colab.py)")
 
 
 def pytest_configure(config):

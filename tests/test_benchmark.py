@@ -1,10 +1,30 @@
 """The benchmark is not a timed test: CI only proves that it runs, in its smoke configuration."""
 
+import importlib.resources
+import json
 import subprocess
 import sys
 from pathlib import Path
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "attention.py"
+
+
+def shape(results: dict) -> dict:
+    """The structure of a results file, without the numbers and the lengths T chosen."""
+    def keys_per_T(table):
+        return {mode: sorted({name for row in by_T.values() for name in row}) for mode, by_T in table.items()}
+
+    return {
+        "top": sorted(results),
+        "machine": sorted(results["machine"]),
+        "config": sorted(results["config"]),
+        "impls": results["impls"],
+        "time_s": keys_per_T(results["time_s"]),
+        "one time": sorted(next(iter(results["time_s"]["forward"].values()))["reference"]),
+        "decode_s": sorted(results["decode_s"]),
+        "peak_bytes": {mode: sorted(row) for mode, row in results["peak_bytes"].items()},
+        "targets": [sorted(row) for row in results["targets"]],
+    }
 
 
 def test_benchmark_smoke_runs_and_prints_every_table(tmp_path):
@@ -16,4 +36,11 @@ def test_benchmark_smoke_runs_and_prints_every_table(tmp_path):
     for heading in ["## Time: forward", "## Time: forward+backward", "## Decoding", "## Peak memory", "## Targets"]:
         assert heading in r.stdout
     assert "reference" in r.stdout and "mha fused" in r.stdout and "torch weights" in r.stdout
-    assert (tmp_path / "r.json").stat().st_size > 0
+
+    # The recorded run that ships with the package (notebook 06 plots it, in Colab too) is a full
+    # run with every field the script writes today.
+    smoke = json.loads((tmp_path / "r.json").read_text())
+    recorded = json.loads(importlib.resources.files("mha").joinpath("data/benchmark_results.json").read_text())
+    assert smoke["config"]["smoke"] and not recorded["config"]["smoke"]
+    assert shape(recorded) == shape(smoke)
+    assert list(recorded["time_s"]["forward"]) == [str(T) for T in recorded["config"]["lengths"]]

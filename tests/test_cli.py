@@ -4,6 +4,10 @@ import re
 import subprocess
 import sys
 
+import pytest
+
+from mha.__main__ import main
+
 
 def run(*args):
     return subprocess.run([sys.executable, "-m", "mha", *args], capture_output=True, text=True, timeout=120)
@@ -31,4 +35,35 @@ def test_bad_option_is_one_line_and_exit_2():
         r = run(*args)
         assert r.returncode == 2
         assert r.stderr.count("\n") == 1 and "error" in r.stderr and "Traceback" not in r.stderr
-    assert "d_model=30" in run("--d-model", "30", "--heads", "4").stderr
+
+
+@pytest.mark.parametrize(
+    "args, option",
+    [
+        (["--d-model", "30", "--heads", "4"], "--d-model 30 is not divisible by --heads 4"),
+        (["--heads", "0"], "--heads"),
+        (["--heads", "-3"], "--heads"),
+        (["--d-model", "0"], "--d-model"),
+        (["--batch", "0"], "--batch"),
+        (["--tokens", "-1"], "--tokens"),
+        (["--seed", "99999999999999999999"], "--seed"),
+        (["--seed", "-1"], "--seed"),
+    ],
+)
+def test_errors_name_the_command_line_option(args, option, capsys):
+    """The user typed --heads, not h: the message says what to change on the command line."""
+    with pytest.raises(SystemExit) as exit_:
+        main(args)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.count("\n") == 1
+    assert option in err, err
+    assert not re.search(r"\b(h|d_model|batch|tokens|seed)(=| must)", err), err
+
+
+def test_seed_range_is_what_torch_accepts(capsys):
+    top = 2**64 - 1
+    with pytest.raises(SystemExit):
+        main(["--seed", str(top + 1)])
+    assert f"from 0 to {top}" in capsys.readouterr().err
+    assert main(["--seed", str(top)]) == 0  # the largest seed torch.manual_seed takes
+    assert "module == step by step" in capsys.readouterr().out

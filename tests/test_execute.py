@@ -1,0 +1,91 @@
+"""notebooks/execute.py: a re-run stores the same file unless something really changed."""
+
+import importlib.util
+import io
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+from nbval.plugin import coalesce_streams
+from tqdm import tqdm
+
+SCRIPT = Path(__file__).resolve().parents[1] / "notebooks" / "execute.py"
+_spec = importlib.util.spec_from_file_location("execute", SCRIPT)
+execute = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(execute)
+
+
+def tqdm_output(n=40):
+    """What a tqdm loop really writes: a redraw per step, each starting with a carriage return."""
+    buf = io.StringIO()
+    bar = tqdm(range(n), file=buf, mininterval=0, ncols=70, bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt}{postfix}")
+    for i in bar:
+        bar.set_postfix(loss=f"{1000 / (i + 1):.1f}")  # the postfix gets shorter: tqdm pads the line
+    bar.close()
+    return buf.getvalue()
+
+
+def test_progress_bar_is_stored_as_its_final_line_as_nbval_reads_it():
+    raw = tqdm_output()
+    assert raw.count("\r") > 40
+    shown = execute.as_displayed(raw)
+    assert "\r" not in shown and shown.count("\n") == 1
+    assert "40/40" in shown and "loss=25.0" in shown
+    # nbval compares its own reading of the live stream with the stored text: they must agree.
+    live = coalesce_streams([nbformat.v4.new_output("stream", name="stdout", text=raw)])[0].text
+    assert shown == live
+
+
+def test_carriage_return_overwrites_and_backspace_erases_as_in_a_front_end():
+    assert execute.as_displayed("abcdef\rXY") == "XYcdef"
+    assert execute.as_displayed("one\r\ntwo\n") == "one\ntwo\n"
+    assert execute.as_displayed("abx\x08c\n") == "abc\n"
+
+
+def test_same_but_numbers():
+    out = [nbformat.v4.new_output("stream", name="stdout", text="explicit: 71.3 ms  fused: 37.2 ms\n")]
+    other = [nbformat.v4.new_output("stream", name="stdout", text="explicit: 105.27 ms  fused: 8.0 ms\n")]
+    worded = [nbformat.v4.new_output("stream", name="stdout", text="explicit: 71.3 ms  fused: n/a\n")]
+    assert execute.same_but_numbers(out, other)
+    assert not execute.same_but_numbers(out, worded)
+
+
+def run_execute(path, *args):
+    r = subprocess.run([sys.executable, str(SCRIPT), *args, str(path)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+
+
+def test_rerun_leaves_the_notebook_unchanged(tmp_path):
+    progress = (
+        "import sys\nfrom tqdm import tqdm\n"
+        "for i in tqdm(range(30), file=sys.stdout, mininterval=0, bar_format='{l_bar}{bar}| {n_fmt}/{total_fmt}'):\n"
+        "    pass"
+    )
+    timing = "# NBVAL_IGNORE_OUTPUT\nimport time\nprint('clock:', time.perf_counter_ns(), 'ns')"
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(progress), nbformat.v4.new_code_cell(timing)])
+    path = tmp_path / "t.ipynb"
+    nbformat.write(nb, path)
+    git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+
+    run_execute(path)
+    subprocess.run([*git, "add", "t.ipynb"], check=True)
+    subprocess.run([*git, "commit", "-qm", "executed"], check=True)
+    first = path.read_text()
+    bar, clock = (c.outputs for c in nbformat.read(path, as_version=4).cells)
+    assert len(bar) == 1 and bar[0].text.endswith("30/30\n") and "\r" not in bar[0].text
+    assert clock[0].text.startswith("clock: ")
+
+    run_execute(path)
+    assert path.read_text() == first  # the clock moved on, but only its numbers changed
+
+    run_execute(path, "--refresh-timing")
+    assert nbformat.read(path, as_version=4).cells[1].outputs != clock  # asked for: new numbers
+
+    nb = nbformat.read(path, as_version=4)
+    nb.cells[1].source = nb.cells[1].source.replace("perf_counter_ns()", "perf_counter_ns() // 10")
+    nbformat.write(nb, path)
+    run_execute(path)
+    new = nbformat.read(path, as_version=4).cells[1].outputs
+    assert new != nb.cells[1].outputs  # the code changed since the commit: its new output is stored
