@@ -1,8 +1,9 @@
-"""Static checks on the committed notebooks (nbval runs them; this checks how they are stored)."""
+"""Static checks on the committed notebooks and their solutions (nbval runs them; this checks how they are stored)."""
 
 import json
 import re
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,9 @@ else:  # pragma: no cover
     tomllib = pytest.importorskip("tomli")
 
 ROOT = Path(__file__).resolve().parents[1]
-NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))  # the chapters
+SOLUTIONS = sorted((ROOT / "notebooks" / "solutions").glob("*.ipynb"))  # one per chapter
+EVERY_NOTEBOOK = NOTEBOOKS + SOLUTIONS
 REPO_URL = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]["Homepage"]
 GITHUB_PATH = REPO_URL.removeprefix("https://github.com/")
 COLAB = f"https://colab.research.google.com/github/{GITHUB_PATH}/blob/main/"
@@ -27,6 +30,11 @@ def cells(path, kind=None):
 
 def source(cell):
     return "".join(cell["source"])
+
+
+def name(path):
+    """02_multi_head_attention.ipynb, solutions/02_multi_head_attention_solutions.ipynb: the test id."""
+    return path.relative_to(ROOT / "notebooks").as_posix()
 
 
 SERIES = [
@@ -44,15 +52,15 @@ def test_the_series_is_there():
     assert [n for n in names if n in SERIES] == SERIES
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", EVERY_NOTEBOOK, ids=name)
 def test_title_and_colab_badge_point_at_the_project(path):
     first = source(cells(path)[0])
     assert cells(path)[0]["cell_type"] == "markdown" and first.startswith("# ")
     badges = re.findall(r"colab-badge\.svg\)\]\(https://colab\.research\.google\.com/github/([^)\s]+)\)", first)
-    assert badges == [f"{GITHUB_PATH}/blob/main/notebooks/{path.name}"]
+    assert badges == [f"{GITHUB_PATH}/blob/main/{path.relative_to(ROOT).as_posix()}"]
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", EVERY_NOTEBOOK, ids=name)
 def test_install_cell_is_guarded_and_uses_the_project_url(path):
     install = source(cells(path, "code")[0])
     assert 'if "google.colab" in sys.modules:' in install
@@ -64,7 +72,7 @@ def test_install_cell_is_guarded_and_uses_the_project_url(path):
     assert set(re.findall(r"github\.com/([\w.-]+/[\w.-]+?)(?:/|\.git|\b)", text)) <= {GITHUB_PATH}
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", EVERY_NOTEBOOK, ids=name)
 def test_stored_as_one_clean_run(path):
     nb = json.loads(path.read_text())
     code = cells(path, "code")
@@ -77,7 +85,7 @@ def test_stored_as_one_clean_run(path):
         assert not [o for o in c["outputs"] if o.get("name") == "stderr" or o["output_type"] == "error"]
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", EVERY_NOTEBOOK, ids=name)
 def test_ignored_outputs_are_only_timing_or_training(path):
     for c in cells(path, "code"):
         src = source(c)
@@ -85,7 +93,7 @@ def test_ignored_outputs_are_only_timing_or_training(path):
             assert re.search(r"tqdm|benchmark|Timer|timeit|perf_counter", src), src[:200]
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS + [ROOT / "README.md"], ids=lambda p: p.name)
+@pytest.mark.parametrize("path", EVERY_NOTEBOOK + [ROOT / "README.md"], ids=lambda p: p.relative_to(ROOT).as_posix())
 def test_links_to_notebooks_are_absolute_and_exist(path):
     """Relative .ipynb links break in Colab and in copies saved to Drive; absolute ones must point somewhere real."""
     text = path.read_text()
@@ -98,3 +106,69 @@ def test_links_to_notebooks_are_absolute_and_exist(path):
             assert target.startswith(COLAB), f"{path.name}: relative or foreign notebook link {target}"
         rel = target.removeprefix(COLAB)
         assert (ROOT / rel).is_file(), f"{path.name} links to {target}, which does not exist"
+
+
+# Exercises (issue 10): every chapter ends with exercises a learner can check, and one solutions notebook, run by CI
+# like every other notebook, shows every check passing.
+CHAPTERS = [f"{n:02d}" for n in range(1, 8)]
+CHECK_CALL = re.compile(r"^(check_\w+)\(", re.M)  # a check cell: at top level, it calls a checker of mha.exercises
+
+
+def chapter(number):
+    found = [p for p in NOTEBOOKS if p.name.startswith(f"{number}_")]
+    assert len(found) == 1, f"expected one chapter notebooks/{number}_*.ipynb, found {[p.name for p in found]}"
+    return found[0]
+
+
+def exercises_section(path):
+    """The cells from the last level-2 heading on, which must be '## Exercises'."""
+    all_cells = cells(path)
+    headings = [i for i, c in enumerate(all_cells) if c["cell_type"] == "markdown" and source(c).startswith("## ")]
+    assert headings, f"{path.name} has no level-2 heading"
+    section = all_cells[headings[-1] :]
+    assert source(section[0]).splitlines()[0] == "## Exercises", f"{path.name} does not end with '## Exercises'"
+    return section
+
+
+def checks(some_cells):
+    """(checker name, stored result) for each check cell; the result is what the cell displayed last."""
+    found = []
+    for c in some_cells:
+        called = CHECK_CALL.findall(source(c)) if c["cell_type"] == "code" else []
+        if called:
+            results = [o for o in c["outputs"] if o["output_type"] == "execute_result"]
+            shown = ["".join(o["data"].get("text/plain", "")) for o in results]
+            found.append((called[-1], shown[-1] if shown else ""))
+    return found
+
+
+@pytest.mark.parametrize("number", CHAPTERS)
+def test_chapter_ends_with_exercises_a_learner_can_check(number):
+    path = chapter(number)
+    section = exercises_section(path)
+    results = checks(section)
+    assert len(results) >= 2, f"{path.name}: {len(results)} check cells in its Exercises section"
+    # As committed, the chapter gives nothing away: the stubs are not implemented yet (a 'find the bug' cell may
+    # show the checker failing on the given code), and no check passes.
+    assert all(r.startswith(("⏳", "❌")) for _, r in results), results
+    assert sum(r.startswith("⏳") for _, r in results) >= 2, results
+    # The section links to the chapter's solutions (absolute; test_links_... checks that it exists).
+    text = "\n".join(source(c) for c in section if c["cell_type"] == "markdown")
+    assert f"({COLAB}notebooks/solutions/{path.stem}_solutions.ipynb)" in text
+
+
+@pytest.mark.parametrize("number", CHAPTERS)
+def test_chapter_has_one_solutions_notebook_where_every_check_passes(number):
+    path = chapter(number)
+    found = [p.name for p in SOLUTIONS if p.name.startswith(f"{number}_")]
+    assert found == [f"{path.stem}_solutions.ipynb"], f"solutions of {path.name}: {found}"
+    solution = ROOT / "notebooks" / "solutions" / found[0]
+    title = source(cells(path)[0]).splitlines()[0].removeprefix("# ")
+    assert source(cells(solution)[0]).splitlines()[0] == f"# Solutions: {title}"
+    text = "\n".join(source(c) for c in cells(solution, "markdown"))
+    assert f"({COLAB}notebooks/{path.name})" in text, f"{solution.name} does not link back to {path.name}"
+    solved = checks(cells(solution))
+    assert solved and all(r.startswith("✅") for _, r in solved), solved
+    # Every exercise left to the learner in the chapter is solved and checked, by the same checker.
+    pending = Counter(checker for checker, r in checks(exercises_section(path)) if r.startswith("⏳"))
+    assert not pending - Counter(checker for checker, _ in solved), f"not solved in {solution.name}: {pending}"
