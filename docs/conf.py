@@ -24,7 +24,9 @@ REPO_URL = PROJECT["urls"]["Homepage"]  # the one place the repository URL lives
 project = "mha: multi-head attention, written to be read"
 author = "the Transformer on-ramp"
 copyright = "the Transformer on-ramp authors, MIT license"
-release = version = PROJECT["version"]
+import mha  # noqa: E402 (after sys.path points at the repository)
+
+release = version = mha.__version__  # the one place the version lives (pyproject reads it too)
 
 extensions = ["myst_nb", "sphinx.ext.autodoc", "sphinx.ext.napoleon", "course", "mathml", "sitecheck"]
 exclude_patterns = ["_build", "_generated", "**.ipynb_checkpoints", "head_view_demo.py"]
