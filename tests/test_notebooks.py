@@ -40,6 +40,7 @@ def name(path):
 SERIES = [
     "01_scaled_dot_product_attention",
     "02_multi_head_attention",
+    "03_why_several_heads",
     "04_masks_and_padding",
     "05_heads_specialise",
     "06_efficient_attention",
