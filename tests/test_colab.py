@@ -23,7 +23,7 @@ import torch
 from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import KernelManager
 from nbclient import NotebookClient
-from test_notebooks import NOTEBOOKS, REPO_URL, VERSION, cells, source
+from test_notebooks import NOTEBOOKS, REPO_URL, SOLUTIONS, VERSION, cells, source
 
 ROOT = Path(__file__).resolve().parents[1]
 INSTALL_URL = f"git+{REPO_URL}@v{VERSION}"
@@ -85,7 +85,7 @@ def torch_identity(python):
     return run(python, "-c", code, cwd=python.parents[2] / "kernels")
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", NOTEBOOKS + SOLUTIONS, ids=lambda p: p.name)
 def test_notebook_runs_in_colab_with_only_its_install_cell(path, colab):
     python, env = colab["python"], colab["env"]
     outside = {"env": env, "cwd": colab["root"] / "kernels", "capture_output": True}  # no mha/ in this folder
