@@ -31,8 +31,6 @@ _spec.loader.exec_module(execute)
 PINS_STYLE = re.compile(
     r"""^\s*(plt|matplotlib)\.style\.use\(["']default["']\)|^\s*(plt|mpl|matplotlib)\.rcdefaults\(\)""", re.MULTILINE
 )
-# Their owners are adding plt.style.use("default") to their import cells; strict, so this list must go when they do.
-NOT_YET_PINNED = {"05_heads_specialise.ipynb"}
 COMPARED_AND_STABLE = {"text/plain", "image/png", "image/jpeg"}  # PNG/JPEG: not compared by nbval
 TIMING = re.compile(r"\d(it/s|s/it)\b|\[\d\d:\d\d<|\d\s?(ms|µs|ns)\b")
 
@@ -46,12 +44,7 @@ def is_figure(output):
     return "image/png" in data or "".join(data.get("text/plain", "")).startswith("<Figure")
 
 
-@pytest.mark.parametrize(
-    "path",
-    [pytest.param(p, marks=pytest.mark.xfail(strict=True, reason="style not pinned yet")) if p.name in NOT_YET_PINNED
-     else p for p in NOTEBOOKS],
-    ids=lambda p: p.name,
-)
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_C13_figures_do_not_follow_the_local_matplotlibrc(path):
     """Before its first figure, a notebook resets matplotlib's rcParams (dpi, figure size...) to the defaults."""
     for cell in code_cells(path):
