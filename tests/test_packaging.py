@@ -86,7 +86,7 @@ def test_quick_start_creates_a_venv_and_installs_cpu_torch_before_anything_else(
     pattern = re.search(r"grep -m1 -E '([^']+)' README.md", CI).group(1)
     ci_lines = [line for line in README.splitlines() if re.search(pattern, line)]
     assert ci_lines == [tests.splitlines()[-1]]
-    assert ci_lines[0].endswith("python -m pytest --nbval --nbval-current-env tests notebooks")
+    assert ci_lines[0].endswith("python -m pytest --site --nbval --nbval-current-env tests notebooks")
 
 
 def test_readme_says_how_to_run_jupyter_as_root_and_to_tag_releases():
