@@ -62,7 +62,6 @@ class KVCache:
                 (names both).
             TypeError: their dtype or device differs from the cache's.
         """
-        S, T = len(self), k.size(-2)
         if self.k is not None:
             self._check_fits(k, v)
         if self.max_len is None:
@@ -75,6 +74,7 @@ class KVCache:
                 self.k = torch.cat([self.k, k], dim=-2)  # (B, g, S + T_new, d_k)
                 self.v = torch.cat([self.v, v], dim=-2)
             return self.k, self.v
+        S, T = len(self), k.size(-2)
         if S + T > self.max_len:
             raise ValueError(
                 f"{T} new positions after {S} cached would make {S + T}, past the cache's max_len={self.max_len}; "
@@ -122,7 +122,7 @@ class KVCache:
         return sum(t.numel() * t.element_size() for t in owned if t is not None)
 
     def reset(self) -> None:
-        """Forget every cached position, and free the memory (a preallocated cache allocates again on its next update)."""
+        """Forget every cached position and free the memory; a preallocated cache allocates again on its next update."""
         self.k: torch.Tensor | None = None
         self.v: torch.Tensor | None = None
         self._k_buffer: torch.Tensor | None = None  # with max_len: (B, g, max_len, d_k); k is a view of it

@@ -137,3 +137,14 @@ def test_repr_and_len():
         m(torch.randn(1, 3, 16), cache=cache)
     assert repr(grown) == "KVCache(len=3, k_shape=(1, 4, 3, 4), nbytes=384)"  # 2 x 1*4*3*4 floats
     assert repr(prealloc) == "KVCache(len=3, max_len=32, k_shape=(1, 4, 3, 4), nbytes=4096)"  # 2 x 1*4*32*4 floats
+
+
+@pytest.mark.parametrize("max_len", [None, 8])
+def test_a_mask_with_bad_values_leaves_the_cache_alone(max_len):
+    # The mask's values are checked before the cache changes, like its shape.
+    m = mha.MultiHeadAttention(8, 2).eval()
+    cache = mha.KVCache(max_len=max_len)
+    m(torch.randn(1, 3, 8), cache=cache)
+    with pytest.raises(ValueError, match=r"values other than 0 and 1"):
+        m(torch.randn(1, 1, 8), cache=cache, mask=torch.tensor([1, 1, 1, 2]))
+    assert len(cache) == 3
