@@ -131,10 +131,7 @@ class MultiHeadAttention(nn.Module):
         if cache is not None:
             S += len(cache)  # the new queries attend to the cached keys too
         keep = None if mask is None else self._keep_mask(mask, (B, self.h, T, S), x.device)  # before the cache changes
-        q, k, v = self.project(x, context)  # (B, T, d_model), (B, S, g*d_k), (B, S, g*d_k)
-        q = split_heads(q, self.h)  # (B, h, T, d_k)
-        k = split_heads(k, self.n_kv_heads)  # (B, g, S, d_k)
-        v = split_heads(v, self.n_kv_heads)  # (B, g, S, d_k)
+        q, k, v = self._project_heads(x, context)  # (B, h, T, d_k), (B, g, S, d_k), (B, g, S, d_k)
         if cache is not None:
             k, v = cache.update(k, v)  # (B, g, S_cached + T, d_k)
         # Everything is checked by now, and q, k, v come from our own projections, so the
@@ -165,6 +162,18 @@ class MultiHeadAttention(nn.Module):
             b_Q, b_KV = self.qkv.bias.split([self._widths[0], 2 * self._widths[1]])
         k, v = F.linear(context, W_KV, b_KV).split(self._widths[1:], dim=-1)
         return F.linear(x, W_Q, b_Q), k, v
+
+    def _project_heads(self, x, context):
+        """``project``, split into heads: (B, h, T, d_k), (B, g, S, d_k), (B, g, S, d_k)."""
+        g = self.n_kv_heads
+        if context is None:
+            # qkv's output is Q, K and V side by side, each a whole number of d_k-wide heads,
+            # so it splits into h + 2g heads at once: h query heads, then g key and g value heads.
+            # (The same views as splitting Q, K, V first, in 3 tensor ops instead of 7.)
+            heads = split_heads(self.qkv(x), self.h + 2 * g)  # (B, h + 2g, T, d_k)
+            return heads.split_with_sizes([self.h, g, g], dim=1)
+        q, k, v = self.project(x, context)  # (B, T, d_model), (B, S, g*d_k), (B, S, g*d_k)
+        return split_heads(q, self.h), split_heads(k, g), split_heads(v, g)
 
     def _check_inputs(self, x, context, cache):
         self._check_input("x", x)
