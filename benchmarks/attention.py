@@ -30,6 +30,12 @@ fastest block is kept (other work can only add time); the round medians go to th
 Also measured: decoding N tokens one at a time with ``mha.KVCache`` against recomputing the
 whole prefix at every step, and the peak memory of each path at a long T (see
 ``peak_bytes`` for how it is measured on CPU and on GPU).
+
+And one decoding step, where a layer's fixed costs show: the per-token latency of an N-token
+generation (one token per call, from an empty cache) at d_model 768 (h 12) and d_model 64 (h 4),
+for ``mha.MultiHeadAttention`` with ``KVCache(max_len=N)`` and with ``KVCache()``, as a ratio to
+``MinimalDecoder``: one Linear, ``F.scaled_dot_product_attention`` over a preallocated K/V cache,
+one Linear, measured in the same run.
 """
 
 from __future__ import annotations
@@ -62,6 +68,7 @@ class Config:
     batch: int = 1
     lengths: tuple[int, ...] = (128, 512, 1024)
     decode_tokens: int = 512
+    decode_sizes: tuple[tuple[int, int], ...] = ((768, 12), (64, 4))  # (d_model, h) of the decode-step timing
     memory_T: int = 4096
     min_run_time: float = 0.5
     rounds: int = 5
@@ -233,6 +240,95 @@ def time_decoding(cfg: Config, device: torch.device, ours) -> dict:
     return res
 
 
+# --------------------------------------------------------------------------- one decoding step
+
+DECODE_IMPLS = ["minimal", "mha KVCache(max_len)", "mha KVCache()"]
+DECODE_GOALS = {768: 1.10, 64: 1.30}  # d_model -> most time per token, as a multiple of the minimal step
+
+
+class MinimalDecoder(nn.Module):
+    """The least one decoding step can do: one Linear for Q, K, V, ``F.scaled_dot_product_attention``
+    over a preallocated K/V cache, one Linear. No checks and no options."""
+
+    def __init__(self, d_model: int, h: int, device=None, dtype=None) -> None:
+        super().__init__()
+        self.h = h
+        self.qkv = nn.Linear(d_model, 3 * d_model, device=device, dtype=dtype)
+        self.out = nn.Linear(d_model, d_model, device=device, dtype=dtype)
+
+    def forward(self, x: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, pos: int) -> torch.Tensor:
+        """x (B, 1, d_model), the token at position ``pos``; caches (B, h, max_len, d_k), filled up to ``pos``."""
+        B, T, D = x.shape
+        q, k, v = self.qkv(x).view(B, T, 3, self.h, D // self.h).permute(2, 0, 3, 1, 4)  # 3 x (B, h, 1, d_k)
+        k_cache[:, :, pos : pos + T] = k
+        v_cache[:, :, pos : pos + T] = v
+        # The one new token is the last position: it attends to every cached key, so there is no mask.
+        o = F.scaled_dot_product_attention(q, k_cache[:, :, : pos + T], v_cache[:, :, : pos + T])  # (B, h, 1, d_k)
+        return self.out(o.transpose(1, 2).reshape(B, T, D))  # (B, 1, d_model)
+
+
+def generations(ours, ref: MinimalDecoder, x: torch.Tensor) -> dict:
+    """name -> a function that feeds x (B, N, d_model) in one token per call, from an empty cache,
+    and returns the N outputs, each (B, 1, d_model)."""
+    B, N, d_model = x.shape
+    h = ref.h
+
+    def minimal():
+        k_cache = x.new_empty(B, h, N, d_model // h)  # allocated per generation, as mha's preallocated cache is
+        v_cache = x.new_empty(B, h, N, d_model // h)
+        return [ref(x[:, t : t + 1], k_cache, v_cache, t) for t in range(N)]
+
+    def with_cache(max_len):
+        def run():
+            cache = mha.KVCache(max_len=max_len)
+            return [ours(x[:, t : t + 1], cache=cache, need_weights=False)[0] for t in range(N)]
+        return run
+
+    return {"minimal": minimal, "mha KVCache(max_len)": with_cache(N), "mha KVCache()": with_cache(None)}
+
+
+def time_decode_steps(cfg: Config, device: torch.device) -> dict:
+    """{d_model: {"h": h, impl: summarise(...) of a whole generation, "round_ratios": [...]}}.
+
+    "round_ratios": in each round, the fastest block of mha with KVCache(max_len) over the fastest
+    block of the minimal step; their spread shows how much the machine moved the ratio.
+    """
+    N = cfg.decode_tokens
+    cases = []
+    for d_model, h in cfg.decode_sizes:
+        ours = mha.MultiHeadAttention(d_model, h, device=device).eval()
+        ref = MinimalDecoder(d_model, h, device=device).eval()
+        ref.load_state_dict(ours.state_dict())  # same names: qkv.weight, qkv.bias, out.weight, out.bias
+        x = torch.randn(cfg.batch, N, d_model, device=device)
+        fns = generations(ours, ref, x)
+        with torch.no_grad():
+            full, _ = ours(x, need_weights=False)  # one causal call over the whole sequence
+            for name, fn in fns.items():
+                y = torch.cat(fn(), dim=1)
+                if not torch.allclose(y, full, atol=1e-5):
+                    diff = (y - full).abs().max()
+                    raise AssertionError(f"{name} decoding differs from the full causal call by {diff}")
+        cases.append((d_model, h, fns))
+    measured: dict = {(d_model, name): [] for d_model, _, _ in cases for name in DECODE_IMPLS}
+    with torch.no_grad():
+        for r in range(cfg.rounds):
+            k = r % len(DECODE_IMPLS)
+            order = DECODE_IMPLS[k:] + DECODE_IMPLS[:k]  # rotate who goes first
+            for d_model, _, fns in cases:
+                for name in order:
+                    timer = Timer("fn()", globals={"fn": fns[name]}, num_threads=cfg.threads)
+                    measured[d_model, name].append(timer.blocked_autorange(min_run_time=cfg.min_run_time))
+            progress(f"decode-step round {r + 1}/{cfg.rounds} done")
+    results = {}
+    for d_model, h, _ in cases:
+        row = {name: summarise(measured[d_model, name]) for name in DECODE_IMPLS}
+        pairs = zip(measured[d_model, "mha KVCache(max_len)"], measured[d_model, "minimal"])
+        results[d_model] = {"h": h, **row, "round_ratios": [min(a.times) / min(b.times) for a, b in pairs]}
+        progress(f"timed one decoding step at d_model={d_model}: " + "  ".join(
+            f"{name} {1e6 * row[name]['s'] / N:.1f} us" for name in DECODE_IMPLS))
+    return results
+
+
 # --------------------------------------------------------------------------- memory
 
 
@@ -296,7 +392,7 @@ def measure_memory(cfg: Config, device: torch.device, layers) -> dict:
 # --------------------------------------------------------------------------- report
 
 
-def target_rows(cfg: Config, timing: dict, decoding: dict, memory: dict) -> list[dict]:
+def target_rows(cfg: Config, timing: dict, decoding: dict, steps: dict, memory: dict) -> list[dict]:
     T = max(cfg.lengths)
     rows = []
     for mode in MODES:
@@ -311,6 +407,12 @@ def target_rows(cfg: Config, timing: dict, decoding: dict, memory: dict) -> list
     speedup = decoding["recompute"]["s"] / decoding["kv cache"]["s"]
     rows.append(dict(target=f"KV-cache speed-up over recomputing, {cfg.decode_tokens} tokens",
                      value=speedup, goal=">= 10", ok=speedup >= 10))
+    N = cfg.decode_tokens
+    for d_model, row in steps.items():
+        if d_model in DECODE_GOALS:
+            ratio, goal = row["mha KVCache(max_len)"]["s"] / row["minimal"]["s"], DECODE_GOALS[d_model]
+            target = f"decode step mha KVCache(max_len) / minimal, d_model={d_model}, h={row['h']}, {N} tokens"
+            rows.append(dict(target=target, value=ratio, goal=f"<= {goal:.2f}", ok=ratio <= goal))
     for mode in MODES:
         frac = memory[mode]["mha fused"] / memory[mode]["mha explicit"]
         rows.append(dict(target=f"peak memory mha fused / mha explicit, {mode}, T={cfg.memory_T}",
@@ -348,7 +450,11 @@ def mib(nbytes: int) -> str:
     return f"{nbytes / 2**20:.0f} MiB" if nbytes >= 10 * 2**20 else f"{nbytes / 2**20:.2f} MiB"
 
 
-def markdown(cfg: Config, info: dict, timing: dict, decoding: dict, memory: dict, targets: list) -> str:
+def us(s: float) -> str:
+    return f"{1e6 * s:.1f} µs"
+
+
+def markdown(cfg: Config, info: dict, timing: dict, decoding: dict, steps: dict, memory: dict, targets: list) -> str:
     title = "# Attention benchmark" + (" (smoke configuration: numbers mean nothing)" if cfg.smoke else "")
     lines = [title, ""]
     lines += [
@@ -390,6 +496,27 @@ def markdown(cfg: Config, info: dict, timing: dict, decoding: dict, memory: dict
         f"| recompute the whole prefix every step | {ms(re_)} | {ms(re_ / N)} | {re_ / kv:.1f}x |",
         "",
         "Both give the same outputs as one causal call over the whole sequence (checked, atol 1e-5).",
+        "",
+        f"## Decode step: time per token over a {N}-token generation "
+        f"(torch.no_grad(), need_weights=False, B={cfg.batch})",
+        "",
+        "One token per call, from an empty cache. minimal = one Linear, F.scaled_dot_product_attention over a "
+        "preallocated K/V cache, one Linear, with no checks; mha = mha.MultiHeadAttention with "
+        f"KVCache(max_len={N}) (preallocated, written in place) or KVCache() (concatenated at every step). "
+        "Each cell: time per token (ratio to minimal, same run). Per round: the ratio of mha with "
+        "KVCache(max_len) to minimal in each round (fastest block of each), lowest and highest.",
+        "",
+        "| d_model, h | " + " | ".join(DECODE_IMPLS) + " | per round |",
+        "|---|" + "---:|" * (len(DECODE_IMPLS) + 1),
+    ]
+    for d_model, row in steps.items():
+        ref = row["minimal"]["s"]
+        cells = [f"{us(row[n]['s'] / N)} ({row[n]['s'] / ref:.2f}x)" for n in DECODE_IMPLS]
+        spread = f"{min(row['round_ratios']):.2f}-{max(row['round_ratios']):.2f}x"
+        lines.append(f"| {d_model}, {row['h']} | " + " | ".join(cells) + f" | {spread} |")
+    lines += [
+        "",
+        "All three give the same outputs as one causal call over the whole sequence (checked, atol 1e-5).",
         "",
     ]
     T = cfg.memory_T
@@ -439,7 +566,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--min-run-time", type=float, help="seconds per blocked_autorange (default 0.5)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--smoke", action="store_true",
-                   help="tiny configuration (d_model 64, h 4, T 16, decode 16, memory at T 256): seconds")
+                   help="tiny configuration (d_model 64, h 4, T 16, decode 16 tokens, memory at T 256): seconds")
     p.add_argument("--output", type=Path, help="also write the Markdown report to this file")
     p.add_argument("--json", type=Path,
                    help="also write every number to this file (mha/data/benchmark_results.json is the recorded run "
@@ -460,12 +587,13 @@ def main(argv: list[str] | None = None) -> dict:
     check_agreement(*layers, cfg, device)
     timing = time_layers(cfg, device, layers)
     decoding = time_decoding(cfg, device, layers[0])
+    steps = time_decode_steps(cfg, device)
     memory = measure_memory(cfg, device, layers)
-    targets = target_rows(cfg, timing, decoding, memory)
+    targets = target_rows(cfg, timing, decoding, steps, memory)
     if hasattr(os, "getloadavg"):
         info["load_average_at_end"] = round(os.getloadavg()[0], 2)
 
-    report = markdown(cfg, info, timing, decoding, memory, targets)
+    report = markdown(cfg, info, timing, decoding, steps, memory, targets)
     print(report)
     if args.output:
         args.output.write_text(report)
@@ -475,6 +603,7 @@ def main(argv: list[str] | None = None) -> dict:
         "impls": IMPLS,
         "time_s": {mode: {str(T): row for T, row in timing[mode].items()} for mode in MODES},
         "decode_s": decoding,
+        "decode_step_s": {str(d_model): row for d_model, row in steps.items()},
         "peak_bytes": memory,
         "targets": targets,
     }

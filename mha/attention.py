@@ -20,7 +20,7 @@ import torch.nn.functional as F
 
 from .masks import as_keep_mask, causal_mask, check_broadcast, to_additive_mask
 from .precision import HALF, autocast_inputs, autocast_off
-from .sizes import known_true
+from .sizes import broadcast_shapes, known_true
 
 # F.scaled_dot_product_attention shares K/V heads itself from torch 2.5 on.
 NATIVE_GQA = torch.torch_version.TorchVersion(torch.__version__) >= (2, 5)
@@ -85,16 +85,49 @@ def scaled_dot_product_attention(
     q, k, v = autocast_inputs(q, k, v)  # a no-op outside torch.autocast
     _check_qkv(q, k, v, dropout_p, enable_gqa)
     check_flags(is_causal=is_causal, need_weights=need_weights, enable_gqa=enable_gqa)
+    keep = None if mask is None else _keep_mask(mask, q, k, v, enable_gqa)
+    return attend(
+        q, k, v, keep,
+        is_causal=is_causal, scale=scale, dropout_p=dropout_p, need_weights=need_weights, enable_gqa=enable_gqa,
+    )
+
+
+def attend(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    keep: torch.Tensor | None = None,
+    *,
+    is_causal: bool = False,
+    scale: float | None = None,
+    dropout_p: float = 0.0,
+    need_weights: bool = True,
+    enable_gqa: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The maths of :func:`scaled_dot_product_attention`, on inputs already checked.
+
+    Same arguments and results, but it checks nothing: q, k and v must be
+    floating tensors of one dtype and device whose shapes fit (as documented
+    there), and ``keep`` None or a bool keep-mask on q's device that
+    broadcasts to the scores (..., T, S) without growing them. It is for
+    callers that have checked all that already, as ``MultiHeadAttention``
+    does for its own projections, so that a decoding step does not pay for
+    the checks twice. Wrong inputs get PyTorch's errors here, or none.
+    """
     T, S = q.size(-2), k.size(-2)
     scale = 1.0 / math.sqrt(q.size(-1)) if scale is None else scale
 
     # Length logic goes through known_true, so that symbolic lengths (compile, export,
     # tracing) take a shortcut only where it is right for every length (mha/sizes.py).
     # The fused kernel does plain causal self-attention itself, with no mask tensor.
-    kernel_causal = not need_weights and is_causal and mask is None and known_true(T == S)
-    keep = _combine_masks(mask, is_causal and not kernel_causal, q, k, v, enable_gqa)
+    kernel_causal = not need_weights and is_causal and keep is None and known_true(T == S)
+    may_block_a_row = keep is not None  # a mask may leave some query with no key at all
+    if is_causal and not kernel_causal and not known_true(T <= 1):  # one query is the last position: it sees all
+        causal = causal_mask(T, S, device=q.device)  # (T, S)
+        keep = causal if keep is None else keep & causal
+        may_block_a_row = may_block_a_row or not known_true(T <= S)  # causal alone does when T > S
     has_key = None
-    if keep is not None and (mask is not None or not known_true(T <= S)):
+    if may_block_a_row:
         # Some query may have no allowed key; its softmax would be over only -inf,
         # giving NaN. Let such rows attend everywhere (finite maths), zero them below.
         has_key = keep.any(dim=-1, keepdim=True)  # (..., T, 1)
@@ -151,7 +184,7 @@ def _check_qkv(q, k, v, dropout_p, enable_gqa):
     else:
         batch_dims = (q.shape[:-2], k.shape[:-2], v.shape[:-2])
     try:
-        torch.broadcast_shapes(*batch_dims)
+        broadcast_shapes(*batch_dims)
     except RuntimeError:
         raise ValueError(
             f"leading dims of q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} do not broadcast"
@@ -175,20 +208,14 @@ def check_flags(**flags) -> None:
             raise TypeError(f"{name} must be True or False, got {type(value).__name__}")
 
 
-def _combine_masks(mask, is_causal, q, k, v, enable_gqa):
-    """The keep-mask that both paths use, or None when nothing is blocked."""
-    T, S = q.size(-2), k.size(-2)
+def _keep_mask(mask, q, k, v, enable_gqa):
+    """The user's mask as a bool keep-mask on q's device, checked to broadcast to the scores (..., T, S)."""
     if enable_gqa:  # the scores have q's head count
-        batch = torch.broadcast_shapes(q.shape[:-3], k.shape[:-3]) + q.shape[-3:-2]
+        batch = broadcast_shapes(q.shape[:-3], k.shape[:-3]) + q.shape[-3:-2]
     else:
-        batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
-    keep = None
-    if mask is not None:
-        keep = as_keep_mask(mask, device=q.device)
-        check_broadcast(keep, (*batch, T, S), "(..., T, S) =")
-    if is_causal and not known_true(T <= 1):  # a single query is the last position: it sees every key
-        causal = causal_mask(T, S, device=q.device)  # (T, S)
-        keep = causal if keep is None else keep & causal
+        batch = broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    keep = as_keep_mask(mask, device=q.device)
+    check_broadcast(keep, (*batch, q.size(-2), k.size(-2)), "(..., T, S) =")
     return keep
 
 

@@ -11,7 +11,7 @@ import numbers
 
 import torch
 
-from .sizes import check_int
+from .sizes import broadcast_shapes, check_int
 
 _CONVENTION = (
     "mha masks are keep-masks: True or 1 = this query may attend to this key, "
@@ -209,7 +209,7 @@ def to_additive_mask(mask: torch.Tensor, dtype: torch.dtype = torch.float32) -> 
 def check_broadcast(mask: torch.Tensor, target: tuple[int, ...], names: str = "") -> None:
     """Raise ValueError unless ``mask`` broadcasts to ``target`` without growing it."""
     try:
-        ok = tuple(torch.broadcast_shapes(mask.shape, target)) == tuple(target)
+        ok = tuple(broadcast_shapes(mask.shape, target)) == tuple(target)
     except RuntimeError:
         ok = False
     if not ok:

@@ -6,10 +6,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .attention import check_dropout, check_flags, scaled_dot_product_attention
+from .attention import attend, check_dropout, check_flags
 from .cache import KVCache
 from .heads import merge_heads, split_heads
-from .masks import check_broadcast
+from .masks import as_keep_mask, check_broadcast
 from .precision import HALF, autocast_casts
 from .sizes import check_int
 
@@ -105,7 +105,8 @@ class MultiHeadAttention(nn.Module):
                 None and takes the fused ``F.scaled_dot_product_attention`` path.
             cache: a ``KVCache`` for incremental decoding (self-attention
                 only). The new keys and values are appended to it, and S
-                becomes the number of cached positions.
+                becomes the number of cached positions. Nothing is stored
+                when the call raises.
 
         Returns:
             ``(y, w)``: y (B, T, d_model), and w the per-head weights
@@ -117,25 +118,29 @@ class MultiHeadAttention(nn.Module):
                 low precision and how to use autocast for mixed precision.
             ValueError: wrong rank or width, a context whose batch differs, a
                 mask that does not broadcast to (B, h, T, S) or is not 0/1, a
-                cache together with a context.
+                cache together with a context, new tokens that do not fit the
+                cache (another batch, or past its ``max_len``).
         """
         self._check_inputs(x, context, cache)
         check_flags(causal=causal, need_weights=need_weights)
+        dropout_p = 0.0
+        if self.training:
+            dropout_p = self.dropout
+            check_dropout(dropout_p)  # checked when the layer was made, but an attribute can be changed since
         B, T, S = x.size(0), x.size(1), (x if context is None else context).size(1)
         if cache is not None:
             S += len(cache)  # the new queries attend to the cached keys too
-        if mask is not None:
-            self._check_mask(mask, (B, self.h, T, S))  # before the cache changes
-        q, k, v = self.project(x, context)  # (B, T, d_model), (B, S, g*d_k), (B, S, g*d_k)
-        q = split_heads(q, self.h)  # (B, h, T, d_k)
-        k = split_heads(k, self.n_kv_heads)  # (B, g, S, d_k)
-        v = split_heads(v, self.n_kv_heads)  # (B, g, S, d_k)
+        keep = None if mask is None else self._keep_mask(mask, (B, self.h, T, S), x.device)  # before the cache changes
+        q, k, v = self._project_heads(x, context)  # (B, h, T, d_k), (B, g, S, d_k), (B, g, S, d_k)
         if cache is not None:
             k, v = cache.update(k, v)  # (B, g, S_cached + T, d_k)
-        out, w = scaled_dot_product_attention(
-            q, k, v, mask,
+        # Everything is checked by now, and q, k, v come from our own projections, so the
+        # attention runs without checking them again (mha.scaled_dot_product_attention would):
+        # in one decoding step of a small model the checks would cost more than the maths.
+        out, w = attend(
+            q, k, v, keep,
             is_causal=causal and context is None,
-            dropout_p=self.dropout if self.training else 0.0,
+            dropout_p=dropout_p,
             need_weights=need_weights,
             enable_gqa=self.n_kv_heads != self.h,
         )  # (B, h, T, d_k), (B, h, T, S)
@@ -158,40 +163,52 @@ class MultiHeadAttention(nn.Module):
         k, v = F.linear(context, W_KV, b_KV).split(self._widths[1:], dim=-1)
         return F.linear(x, W_Q, b_Q), k, v
 
+    def _project_heads(self, x, context):
+        """``project``, split into heads: (B, h, T, d_k), (B, g, S, d_k), (B, g, S, d_k)."""
+        g = self.n_kv_heads
+        if context is None:
+            # qkv's output is Q, K and V side by side, each a whole number of d_k-wide heads,
+            # so it splits into h + 2g heads at once: h query heads, then g key and g value heads.
+            # (The same views as splitting Q, K, V first, in 3 tensor ops instead of 7.)
+            heads = split_heads(self.qkv(x), self.h + 2 * g)  # (B, h + 2g, T, d_k)
+            return heads.split_with_sizes([self.h, g, g], dim=1)
+        q, k, v = self.project(x, context)  # (B, T, d_model), (B, S, g*d_k), (B, S, g*d_k)
+        return split_heads(q, self.h), split_heads(k, g), split_heads(v, g)
+
     def _check_inputs(self, x, context, cache):
-        weight = self.qkv.weight
-        for name, t in (("x", x), ("context", context)):
-            if t is None:
-                continue
-            if not isinstance(t, torch.Tensor):
-                raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-            if t.dim() != 3 or t.size(-1) != self.d_model:
+        self._check_input("x", x)
+        if context is not None:
+            self._check_input("context", context)
+            if context.size(0) != x.size(0):
                 raise ValueError(
-                    f"{name} must be (B, {'T' if name == 'x' else 'S'}, d_model={self.d_model}), "
-                    f"got shape {tuple(t.shape)}"
+                    f"context batch {context.size(0)} differs from x batch {x.size(0)}: "
+                    f"x {tuple(x.shape)}, context {tuple(context.shape)}"
                 )
-            if not t.is_floating_point():
-                raise TypeError(f"{name} must be a floating tensor, got {t.dtype}")
-            # Under torch.autocast the projections cast x and the weights to one dtype, so
-            # float32 parameters with bfloat16 activations are what mixed precision looks like.
-            if t.dtype != weight.dtype and not autocast_casts(t.device.type, t.dtype, weight.dtype):
-                raise TypeError(_dtype_advice(name, t, weight))
-            if t.device != weight.device:
-                raise ValueError(
-                    f"{name} is on {t.device} but the module is on {weight.device}; move one of them"
-                )
-        if context is not None and context.size(0) != x.size(0):
-            raise ValueError(
-                f"context batch {context.size(0)} differs from x batch {x.size(0)}: "
-                f"x {tuple(x.shape)}, context {tuple(context.shape)}"
-            )
         if cache is not None:
             if context is not None:
                 raise ValueError("a KVCache is for self-attention decoding; don't pass it with a context")
             if not isinstance(cache, KVCache):
                 raise TypeError(f"cache must be an mha.KVCache, got {type(cache).__name__}")
 
-    def _check_mask(self, mask, shape):
+    def _check_input(self, name, t):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() != 3 or t.size(-1) != self.d_model:
+            raise ValueError(
+                f"{name} must be (B, {'T' if name == 'x' else 'S'}, d_model={self.d_model}), got shape {tuple(t.shape)}"
+            )
+        if not t.is_floating_point():
+            raise TypeError(f"{name} must be a floating tensor, got {t.dtype}")
+        weight = self.qkv.weight
+        # Under torch.autocast the projections cast x and the weights to one dtype, so
+        # float32 parameters with bfloat16 activations are what mixed precision looks like.
+        if t.dtype != weight.dtype and not autocast_casts(t.device.type, t.dtype, weight.dtype):
+            raise TypeError(_dtype_advice(name, t, weight))
+        if t.device != weight.device:
+            raise ValueError(f"{name} is on {t.device} but the module is on {weight.device}; move one of them")
+
+    def _keep_mask(self, mask, shape, device):
+        """The mask as a bool keep-mask on ``device``, checked to broadcast to (B, h, T, S) and to hold only 0/1."""
         if not isinstance(mask, torch.Tensor):
             raise TypeError(f"mask must be a torch.Tensor, got {type(mask).__name__}")
         B, _, T, S = shape
@@ -203,6 +220,7 @@ class MultiHeadAttention(nn.Module):
             if tuple(mask.shape) == (B, T, S):
                 raise ValueError(f"{err}; a per-sample (B, T, S) mask goes in as mask[:, None]") from None
             raise
+        return as_keep_mask(mask, device=device)
 
     def extra_repr(self) -> str:
         kv = f", n_kv_heads={self.n_kv_heads}" if self.n_kv_heads != self.h else ""

@@ -33,7 +33,9 @@ def test_benchmark_smoke_runs_and_prints_every_table(tmp_path):
         capture_output=True, text=True, timeout=300,
     )
     assert r.returncode == 0, r.stderr[-2000:]
-    for heading in ["## Time: forward", "## Time: forward+backward", "## Decoding", "## Peak memory", "## Targets"]:
+    headings = ["## Time: forward", "## Time: forward+backward", "## Decoding", "## Decode step", "## Peak memory",
+                "## Targets"]
+    for heading in headings:
         assert heading in r.stdout
     assert "reference" in r.stdout and "mha fused" in r.stdout and "torch weights" in r.stdout
 
@@ -44,3 +46,9 @@ def test_benchmark_smoke_runs_and_prints_every_table(tmp_path):
     assert smoke["config"]["smoke"] and not recorded["config"]["smoke"]
     assert shape(recorded) == shape(smoke)
     assert list(recorded["time_s"]["forward"]) == [str(T) for T in recorded["config"]["lengths"]]
+    results = json.loads((tmp_path / "r.json").read_text())
+    # the decode step at both sizes, three implementations, and its two targets
+    assert set(results["decode_step_s"]) == {"768", "64"}
+    for row in results["decode_step_s"].values():
+        assert {"minimal", "mha KVCache(max_len)", "mha KVCache()"} <= set(row) and len(row["round_ratios"]) == 1
+    assert sum(row["target"].startswith("decode step") for row in results["targets"]) == 2

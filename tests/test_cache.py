@@ -20,14 +20,15 @@ def test_gqa_layout(g):
     assert y.shape == (2, 5, 32) and w.shape == (2, 4, 5, 5)
 
 
+@pytest.mark.parametrize("max_len", [None, 10, 16], ids=["growing", "preallocated-full", "preallocated"])
 @pytest.mark.parametrize("n_kv_heads", [None, 2, 1])
 @pytest.mark.parametrize("need_weights", [True, False])
 @pytest.mark.parametrize("chunk", [1, 3])
-def test_incremental_decoding_equals_one_causal_call(n_kv_heads, need_weights, chunk):
+def test_incremental_decoding_equals_one_causal_call(n_kv_heads, need_weights, chunk, max_len):
     m = mha.MultiHeadAttention(32, 4, n_kv_heads=n_kv_heads).eval()
     x = torch.randn(2, 10, 32)
     full, w_full = m(x)
-    cache = mha.KVCache()
+    cache = mha.KVCache(max_len=max_len)
     parts = []
     for i in range(0, 10, chunk):
         y, w = m(x[:, i : i + chunk], cache=cache, need_weights=need_weights)
@@ -38,15 +39,18 @@ def test_incremental_decoding_equals_one_causal_call(n_kv_heads, need_weights, c
     assert len(cache) == 10
 
 
-def test_cache_memory():
+@pytest.mark.parametrize("max_len", [None, 20])
+def test_cache_memory(max_len):
     B, S, d_model, h = 2, 7, 64, 8
     for g in (8, 2, 1):
-        cache = mha.KVCache()
+        cache = mha.KVCache(max_len=max_len)
+        assert cache.nbytes == 0
         mha.MultiHeadAttention(d_model, h, n_kv_heads=g)(torch.randn(B, S, d_model), cache=cache)
-        assert cache.nbytes == 2 * B * g * S * (d_model // h) * 4  # K and V, float32
-        assert cache.k.shape == (B, g, S, d_model // h)
+        # K and V, float32: the filled positions, or the whole preallocated buffers
+        assert cache.nbytes == 2 * B * g * (max_len or S) * (d_model // h) * 4
+        assert cache.k.shape == cache.v.shape == (B, g, S, d_model // h) and len(cache) == S
     cache.reset()
-    assert len(cache) == 0 and cache.nbytes == 0
+    assert len(cache) == 0 and cache.nbytes == 0 and cache.k is None
 
 
 def test_cache_with_padding_mask_over_all_positions():
@@ -57,3 +61,90 @@ def test_cache_with_padding_mask_over_all_positions():
     cache = mha.KVCache()
     steps = [m(x[:, t : t + 1], cache=cache, mask=keep[..., : t + 1])[0] for t in range(6)]
     torch.testing.assert_close(torch.cat(steps, 1), full, rtol=0, atol=1e-5)
+
+
+def test_preallocated_cache_writes_each_step_in_place():
+    m = mha.MultiHeadAttention(16, 4, n_kv_heads=2).eval()
+    x = torch.randn(3, 9, 16)
+    cache = mha.KVCache(max_len=12)
+    m(x[:, :4], cache=cache)  # the first update allocates (B, g, max_len, d_k) for K and for V
+    k_buffer, v_buffer = cache.k.untyped_storage(), cache.v.untyped_storage()
+    assert k_buffer.nbytes() == v_buffer.nbytes() == 3 * 2 * 12 * 4 * 4
+    first_k = cache.k.clone()
+    for t in range(4, 9):
+        m(x[:, t : t + 1], cache=cache)
+        assert cache.k.untyped_storage().data_ptr() == k_buffer.data_ptr()  # never reallocated
+        assert cache.v.untyped_storage().data_ptr() == v_buffer.data_ptr()
+        assert cache.k.shape == (3, 2, t + 1, 4) and len(cache) == t + 1
+    assert torch.equal(cache.k[:, :, :4], first_k)  # earlier positions are never rewritten
+    # The same keys and values as a growing cache.
+    grown = mha.KVCache()
+    m(x, cache=grown)
+    torch.testing.assert_close(cache.k, grown.k, rtol=0, atol=1e-6)
+    torch.testing.assert_close(cache.v, grown.v, rtol=0, atol=1e-6)
+
+
+def test_going_past_max_len_raises_naming_both_numbers_and_stores_nothing():
+    m = mha.MultiHeadAttention(16, 4).eval()
+    x = torch.randn(1, 8, 16)
+    cache = mha.KVCache(max_len=5)
+    with pytest.raises(ValueError, match=r"make 8, past the cache's max_len=5"):
+        m(x, cache=cache)  # already the first update
+    assert cache.k is None and cache.nbytes == 0
+    m(x[:, :4], cache=cache)
+    k = cache.k.clone()
+    with pytest.raises(ValueError, match=r"2 new positions after 4 cached would make 6, past the cache's max_len=5"):
+        m(x[:, 4:6], cache=cache)
+    assert len(cache) == 4 and torch.equal(cache.k, k)
+    y, _ = m(x[:, 4:5], cache=cache)  # exactly max_len fits
+    torch.testing.assert_close(y, m(x[:, :5])[0][:, 4:], rtol=0, atol=1e-6)
+    with pytest.raises(ValueError, match=r"make 6, past the cache's max_len=5"):
+        m(x[:, 5:6], cache=cache)
+    cache.reset()  # frees the buffers; the next update allocates again, for any batch
+    assert len(cache) == 0 and cache.nbytes == 0
+    m(torch.randn(2, 5, 16), cache=cache)
+    assert len(cache) == 5 and cache.nbytes == 2 * 2 * 4 * 5 * 4 * 4
+
+
+def test_preallocated_cache_still_rejects_what_does_not_fit():
+    m = mha.MultiHeadAttention(8, 2)
+    cache = mha.KVCache(max_len=10)
+    m(torch.randn(2, 3, 8), cache=cache)
+    with pytest.raises(ValueError, match=r"don't fit the cache"):
+        m(torch.randn(3, 1, 8), cache=cache)
+    with pytest.raises(TypeError, match="fresh KVCache"):
+        m.double()(torch.randn(2, 1, 8, dtype=torch.float64), cache=cache)
+    assert len(cache) == 3
+
+
+@pytest.mark.parametrize("max_len, error, message", [
+    (0, ValueError, r"max_len must be positive, got 0"),
+    (-3, ValueError, r"max_len must be positive, got -3"),
+    (2.5, TypeError, r"max_len must be an int, got 2.5"),
+    (True, TypeError, r"max_len must be an int, got True"),
+])
+def test_max_len_must_be_a_positive_int(max_len, error, message):
+    with pytest.raises(error, match=message):
+        mha.KVCache(max_len=max_len)
+
+
+def test_repr_and_len():
+    m = mha.MultiHeadAttention(16, 4)
+    grown, prealloc = mha.KVCache(), mha.KVCache(max_len=32)
+    assert repr(grown) == "KVCache(len=0, k_shape=None, nbytes=0)"
+    assert repr(prealloc) == "KVCache(len=0, max_len=32, k_shape=None, nbytes=0)"
+    for cache in (grown, prealloc):
+        m(torch.randn(1, 3, 16), cache=cache)
+    assert repr(grown) == "KVCache(len=3, k_shape=(1, 4, 3, 4), nbytes=384)"  # 2 x 1*4*3*4 floats
+    assert repr(prealloc) == "KVCache(len=3, max_len=32, k_shape=(1, 4, 3, 4), nbytes=4096)"  # 2 x 1*4*32*4 floats
+
+
+@pytest.mark.parametrize("max_len", [None, 8])
+def test_a_mask_with_bad_values_leaves_the_cache_alone(max_len):
+    # The mask's values are checked before the cache changes, like its shape.
+    m = mha.MultiHeadAttention(8, 2).eval()
+    cache = mha.KVCache(max_len=max_len)
+    m(torch.randn(1, 3, 8), cache=cache)
+    with pytest.raises(ValueError, match=r"values other than 0 and 1"):
+        m(torch.randn(1, 1, 8), cache=cache, mask=torch.tensor([1, 1, 1, 2]))
+    assert len(cache) == 3

@@ -314,3 +314,22 @@ def test_C12_kv_cache_nbytes_is_what_it_keeps_alive(n_kv_heads):
     cache = mha.KVCache()
     m(torch.randn(1, 1, 64), cache=cache)
     assert cache.nbytes == _bytes_kept_alive(cache) == 2 * g * 8 * 4
+
+
+@pytest.mark.parametrize("n_kv_heads", [2, None])
+def test_C12_preallocated_kv_cache_nbytes_is_its_whole_buffers(n_kv_heads):
+    # A preallocated cache keeps its (B, g, max_len, d_k) buffers alive from the first update on, however few
+    # positions are filled: nbytes counts them whole, and still nothing of the fused qkv output.
+    m = mha.MultiHeadAttention(64, 8, n_kv_heads=n_kv_heads)
+    g = n_kv_heads or 8
+    cache = mha.KVCache(max_len=16)
+    with torch.no_grad():
+        m(torch.randn(2, 7, 64), cache=cache)  # prefill
+        assert cache.nbytes == _bytes_kept_alive(cache) == 2 * 2 * g * 16 * 8 * 4  # K and V buffers, float32
+        for chunk in (1, 1, 3, 1):
+            m(torch.randn(2, chunk, 64), cache=cache)
+            assert cache.nbytes == _bytes_kept_alive(cache) == 2 * 2 * g * 16 * 8 * 4
+    assert len(cache) == 13
+    cache = mha.KVCache(max_len=4)
+    m(torch.randn(1, 1, 64), cache=cache)  # a one-token prefill: its K and V are views into qkv's output
+    assert cache.nbytes == _bytes_kept_alive(cache) == 2 * g * 4 * 8 * 4

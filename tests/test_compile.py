@@ -66,6 +66,34 @@ def test_compile_dynamic_cross_attention_with_mask(need_weights, graphs):
     assert graphs.count == 1
 
 
+@pytest.mark.parametrize("need_weights, n_kv_heads", [(False, None), (False, 2), (True, None)])
+def test_compiled_decode_step_with_a_preallocated_cache_stops_recompiling(need_weights, n_kv_heads, graphs):
+    # The cache's length is Python state (its keys' size), so each new length first looks like a new input.
+    # Sizes 0 and 1 are always specialised; from the third step on dynamo treats the length as symbolic and
+    # one graph serves every step: 3 graphs for 32 steps, none after the warm-up.
+    m = mha.MultiHeadAttention(16, 4, n_kv_heads=n_kv_heads).eval()
+    steps = 32
+    x = torch.randn(2, steps, 16)
+    step = torch.compile(m, backend=graphs, fullgraph=True)
+    cache, eager_cache = mha.KVCache(max_len=steps), mha.KVCache(max_len=steps)
+    counts = []
+    for t in range(steps):
+        y, w = step(x[:, t : t + 1], cache=cache, need_weights=need_weights)
+        y_ref, w_ref = m(x[:, t : t + 1], cache=eager_cache, need_weights=need_weights)
+        torch.testing.assert_close(y, y_ref, rtol=0, atol=1e-6)
+        if need_weights:
+            torch.testing.assert_close(w, w_ref, rtol=0, atol=1e-6)
+        counts.append(graphs.count)
+    assert counts[:3] == [1, 2, 3]  # warm-up: empty cache (allocates), one cached position, any longer
+    if need_weights and n_kv_heads is None:
+        # One exception, on the explicit path only: the step that fills the buffers to max_len attends over the
+        # whole buffer, which is contiguous, and PyTorch's matmul guards on that. So: at most one more graph, there.
+        assert counts[3:-1] == [3] * (steps - 4) and counts[-1] <= 4
+    else:
+        assert counts[3:] == [3] * (steps - 3)  # no recompiling after it
+    assert len(cache) == steps and torch.equal(cache.k, eager_cache.k)  # the compiled steps wrote the buffers
+
+
 @pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning", "ignore::DeprecationWarning")
 @pytest.mark.parametrize("need_weights", [True, False])
 def test_jit_trace_runs_at_other_lengths(need_weights):

@@ -7,6 +7,7 @@ broadcastable shapes, or a padding mask built from lengths. Both our paths
 F.scaled_dot_product_attention: 1e-10 in float64, 1e-5 in float32.
 """
 
+import pytest
 import torch
 from helpers import TOL, sdpa_reference, torch_reference
 from hypothesis import given, settings
@@ -117,3 +118,19 @@ def test_grouped_query_matches_expanded_heads(case, g_seed):
         torch.testing.assert_close(y, y_ref, rtol=0, atol=1e-10)
         if need_weights:
             torch.testing.assert_close(w, w_ref, rtol=0, atol=1e-10)
+
+
+@given(st.lists(st.lists(st.sampled_from([0, 1, 2, 3]), max_size=4), min_size=1, max_size=4))
+def test_broadcast_shapes_agrees_with_torch(shapes):
+    # mha.sizes.broadcast_shapes applies the rule itself for int sizes (it is much cheaper than PyTorch's).
+    from mha.sizes import broadcast_shapes
+
+    try:
+        expected = torch.broadcast_shapes(*shapes)
+    except RuntimeError:
+        expected = None
+    if expected is None:
+        with pytest.raises(RuntimeError, match="do not broadcast"):
+            broadcast_shapes(*shapes)
+    else:
+        assert broadcast_shapes(*shapes) == expected
