@@ -123,11 +123,11 @@ MUTANTS = [
     ),
     Mutant(
         "slice", "slice", "each head's projections read only its slice of x",
-        (("mha/multihead.py", "            return self.qkv(x).split(self._widths, dim=-1)\n",
+        (("mha/multihead.py", "            heads = split_heads(self.qkv(x), self.h + 2 * g)  # (B, h + 2g, T, d_k)\n",
           "            head = torch.arange(self.d_model, device=x.device) // self.d_k\n"
           "            rows = torch.cat([head, head[: self._widths[1]], head[: self._widths[1]]])\n"
           "            blind = rows[:, None] == head[None, :]\n"
-          "            return F.linear(x, self.qkv.weight * blind, self.qkv.bias).split(self._widths, dim=-1)\n"),),
+          "            heads = split_heads(F.linear(x, self.qkv.weight * blind, self.qkv.bias), self.h + 2 * g)\n"),),
                 (
             "tests/test_interop.py::test_from_torch_copies_exactly",
             "tests/test_exercises.py::test_right_code_passes[check_multi_head_attention-MultiHeadAttention]",
