@@ -8,8 +8,9 @@ which is figsize x dpi, and fails under a matplotlibrc with ``figure.dpi: 72`` (
 does not help: the inline backend still displays the figure with that text. image/svg+xml and text/html would be
 compared too, and depend on fonts.
 
-The notebooks therefore reset matplotlib to its own defaults before drawing (``plt.style.use("default")``), and
-store only plain text and PNGs. CI also runs nbval under a hostile matplotlibrc and terminal width (.ci/run).
+The notebooks therefore call ``mha.plot.notebook_style()`` before drawing: it resets matplotlib to its own
+defaults and stores a figure's text as ``<Figure with 1 Axes>``, without the pixel size; they store only plain
+text, PNGs and the head view's HTML. CI also runs nbval under a hostile matplotlibrc and terminal width (.ci/run).
 """
 
 import importlib.util
@@ -23,14 +24,12 @@ import nbformat
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb")) + sorted((ROOT / "notebooks" / "solutions").glob("*.ipynb"))
 _spec = importlib.util.spec_from_file_location("execute", ROOT / "notebooks" / "execute.py")
 execute = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(execute)
 
-PINS_STYLE = re.compile(
-    r"""^\s*(plt|matplotlib)\.style\.use\(["']default["']\)|^\s*(plt|mpl|matplotlib)\.rcdefaults\(\)""", re.MULTILINE
-)
+PINS_STYLE = re.compile(r"^\s*(mha\.plot\.)?notebook_style\(\)", re.MULTILINE)
 COMPARED_AND_STABLE = {"text/plain", "image/png", "image/jpeg"}  # PNG/JPEG: not compared by nbval
 TIMING = re.compile(r"\d(it/s|s/it)\b|\[\d\d:\d\d<|\d\s?(ms|µs|ns)\b")
 
@@ -69,6 +68,7 @@ def test_C13_checked_outputs_are_plain_text_or_png_without_addresses_or_timings(
                 kinds.discard("text/html")  # mha.plot.head_view: built from rounded weights, ids from a content hash
             assert kinds <= COMPARED_AND_STABLE, f"{path.name}: nbval would compare {kinds - COMPARED_AND_STABLE}"
             text = "".join(out.get("text", "")) + "".join(out.get("data", {}).get("text/plain", ""))
+            assert "<Figure size" not in text, f"{path.name}: a figure stored with its pixel size (dpi-dependent)"
             assert " at 0x" not in text, f"{path.name}: a memory address in {text[:120]!r}"
             assert "\r" not in text, f"{path.name}: stored with raw carriage returns (run notebooks/execute.py)"
             assert not TIMING.search(text), f"{path.name}: a timing in a checked cell: {text[:200]!r}"
@@ -87,12 +87,14 @@ def test_C13_a_local_dpi_fails_strict_nbval_unless_the_style_is_pinned(tmp_path,
     hostile.write_text("figure.dpi: 72\nfigure.figsize: 3.0, 2.0\n")
     monkeypatch.setenv("MPLCONFIGDIR", str(tmp_path / "mplconfig"))  # no personal matplotlibrc either
     monkeypatch.setenv("MATPLOTLIBRC", str(defaults))
-    for name, pin in {"show_only": "", "pinned": 'plt.style.use("default")\n'}.items():
+    for name, pin in {"show_only": "", "pinned": "import mha.plot\nmha.plot.notebook_style()\n"}.items():
         nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(FIGURE_CELL.format(pin=pin))])
         nbformat.write(nb, tmp_path / f"{name}.ipynb")
         execute.execute(tmp_path / f"{name}.ipynb")  # stored under matplotlib's defaults
     stored = nbformat.read(tmp_path / "show_only.ipynb", as_version=4).cells[0].outputs
     assert [o.data["text/plain"] for o in stored if is_figure(o)] == ["<Figure size 460x400 with 1 Axes>"]
+    pinned = nbformat.read(tmp_path / "pinned.ipynb", as_version=4).cells[0].outputs
+    assert [o.data["text/plain"] for o in pinned if is_figure(o)] == ["<Figure with 1 Axes>"]
 
     monkeypatch.setenv("MATPLOTLIBRC", str(hostile))
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rf", "-p", "no:cacheprovider", "--nbval",

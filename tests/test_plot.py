@@ -98,3 +98,12 @@ def test_plot_argument_errors():
         plot_heads(w[0], ncols=0)
     with pytest.raises(ValueError, match="head_names has 1 labels but h = 3"):
         plot_heads(w[0], head_names=["a"])
+
+
+def test_notebook_style_undoes_a_local_matplotlibrc():
+    from mha.plot import notebook_style
+
+    with matplotlib.rc_context({"figure.dpi": 72, "figure.figsize": (3.0, 2.0)}):
+        notebook_style()
+        assert plt.rcParams["figure.dpi"] == matplotlib.rcParamsDefault["figure.dpi"] == 100
+        assert list(plt.rcParams["figure.figsize"]) == list(matplotlib.rcParamsDefault["figure.figsize"])
