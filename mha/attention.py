@@ -12,15 +12,16 @@ Two paths give the same numbers:
 
 from __future__ import annotations
 
+import contextlib
 import math
-import numbers
 
 import torch
 import torch.nn.functional as F
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 
-from .masks import as_keep_mask, causal_mask, check_broadcast, to_additive_mask
-from .precision import HALF, autocast_inputs, autocast_off
-from .sizes import broadcast_shapes, known_true
+from . import checks
+from .masks import causal_mask, to_additive_mask
+from .precision import HALF
 
 # F.scaled_dot_product_attention shares K/V heads itself from torch 2.5 on.
 NATIVE_GQA = torch.torch_version.TorchVersion(torch.__version__) >= (2, 5)
@@ -82,43 +83,21 @@ def scaled_dot_product_attention(
     its boolean masks use the same convention, but its float masks are
     additive and its ``is_causal`` aligns top-left.
     """
-    q, k, v = autocast_inputs(q, k, v)  # a no-op outside torch.autocast
-    _check_qkv(q, k, v, dropout_p, enable_gqa)
-    check_flags(is_causal=is_causal, need_weights=need_weights, enable_gqa=enable_gqa)
-    keep = None if mask is None else _keep_mask(mask, q, k, v, enable_gqa)
-    return attend(
-        q, k, v, keep,
-        is_causal=is_causal, scale=scale, dropout_p=dropout_p, need_weights=need_weights, enable_gqa=enable_gqa,
-    )
+    q, k, v, keep = checks.attention_inputs(q, k, v, mask, is_causal, dropout_p, need_weights, enable_gqa)
+    return attend(q, k, v, keep, is_causal, scale, dropout_p, need_weights, enable_gqa)
 
 
-def attend(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    keep: torch.Tensor | None = None,
-    *,
-    is_causal: bool = False,
-    scale: float | None = None,
-    dropout_p: float = 0.0,
-    need_weights: bool = True,
-    enable_gqa: bool = False,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The maths of :func:`scaled_dot_product_attention`, on inputs already checked.
+def attend(q, k, v, keep, is_causal=False, scale=None, dropout_p=0.0, need_weights=True, enable_gqa=False):
+    """:func:`scaled_dot_product_attention` on inputs that are already checked; ``keep`` is bool or None.
 
-    Same arguments and results, but it checks nothing: q, k and v must be
-    floating tensors of one dtype and device whose shapes fit (as documented
-    there), and ``keep`` None or a bool keep-mask on q's device that
-    broadcasts to the scores (..., T, S) without growing them. It is for
-    callers that have checked all that already, as ``MultiHeadAttention``
-    does for its own projections, so that a decoding step does not pay for
-    the checks twice. Wrong inputs get PyTorch's errors here, or none.
+    ``MultiHeadAttention`` calls it directly: it has checked its own inputs, and its q, k and v
+    come from its own projections, so a decoding step does not pay for the checks twice.
     """
     T, S = q.size(-2), k.size(-2)
     scale = 1.0 / math.sqrt(q.size(-1)) if scale is None else scale
 
     # Length logic goes through known_true, so that symbolic lengths (compile, export,
-    # tracing) take a shortcut only where it is right for every length (mha/sizes.py).
+    # tracing) take a shortcut only where it is right for every length.
     # The fused kernel does plain causal self-attention itself, with no mask tensor.
     kernel_causal = not need_weights and is_causal and keep is None and known_true(T == S)
     may_block_a_row = keep is not None  # a mask may leave some query with no key at all
@@ -134,89 +113,13 @@ def attend(
         keep = keep | ~has_key
 
     if need_weights:
-        out, weights = _explicit(q, k, v, keep, scale, dropout_p, enable_gqa)
-        if has_key is not None:
-            weights = weights * has_key
+        out, weights = _explicit(q, k, v, keep, scale, dropout_p, enable_gqa)  # (..., T, d_v), (..., T, S)
     else:
-        out = _fused(q, k, v, keep, kernel_causal, scale, dropout_p, enable_gqa)
-        weights = None
+        out, weights = _fused(q, k, v, keep, kernel_causal, scale, dropout_p, enable_gqa), None
     if has_key is not None:
         out = out * has_key
+        weights = None if weights is None else weights * has_key
     return out, weights
-
-
-def _check_qkv(q, k, v, dropout_p, enable_gqa):
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if not t.is_floating_point():
-            raise TypeError(f"{name} must be a floating tensor, got {t.dtype}")
-        if t.dim() < 2:
-            raise ValueError(f"{name} must be at least 2-D (..., length, dim), got shape {tuple(t.shape)}")
-    if not q.dtype == k.dtype == v.dtype:
-        raise TypeError(
-            f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}; cast them to one, "
-            "or run under torch.autocast for mixed precision"
-        )
-    if not q.device == k.device == v.device:
-        raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
-    if q.size(-1) == 0:
-        raise ValueError(f"d_k must be positive, got q of shape {tuple(q.shape)}")
-    if q.size(-1) != k.size(-1):
-        raise ValueError(
-            f"q and k need the same last dim d_k, got q {tuple(q.shape)} and k {tuple(k.shape)}"
-        )
-    if k.size(-2) != v.size(-2):
-        raise ValueError(
-            f"k and v need the same length S (dim -2), got k {tuple(k.shape)} and v {tuple(v.shape)}"
-        )
-    if enable_gqa:
-        if q.dim() < 3 or k.dim() < 3 or k.shape != v.shape[:-1] + k.shape[-1:]:
-            raise ValueError(
-                f"enable_gqa needs q (..., h, T, d_k) and k, v (..., g, S, d), got "
-                f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
-            )
-        if k.size(-3) == 0 or q.size(-3) % k.size(-3):
-            raise ValueError(
-                f"enable_gqa needs the K/V heads g={k.size(-3)} to divide the query heads h={q.size(-3)}"
-            )
-        batch_dims = (q.shape[:-3], k.shape[:-3])
-    else:
-        batch_dims = (q.shape[:-2], k.shape[:-2], v.shape[:-2])
-    try:
-        broadcast_shapes(*batch_dims)
-    except RuntimeError:
-        raise ValueError(
-            f"leading dims of q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} do not broadcast"
-            + ("" if enable_gqa else " (for fewer K/V heads than query heads pass enable_gqa=True)")
-        ) from None
-    check_dropout(dropout_p)
-
-
-def check_dropout(p) -> None:
-    """Raise unless ``p`` is a real number in [0, 1)."""
-    if isinstance(p, bool) or not isinstance(p, numbers.Real):
-        raise TypeError(f"dropout must be a number in [0, 1), got {p!r}")
-    if not 0.0 <= p < 1.0:
-        raise ValueError(f"dropout must be in [0, 1), got {p}")
-
-
-def check_flags(**flags) -> None:
-    """Raise TypeError unless every flag is a bool (a mask passed as is_causal, say)."""
-    for name, value in flags.items():
-        if not isinstance(value, bool):
-            raise TypeError(f"{name} must be True or False, got {type(value).__name__}")
-
-
-def _keep_mask(mask, q, k, v, enable_gqa):
-    """The user's mask as a bool keep-mask on q's device, checked to broadcast to the scores (..., T, S)."""
-    if enable_gqa:  # the scores have q's head count
-        batch = broadcast_shapes(q.shape[:-3], k.shape[:-3]) + q.shape[-3:-2]
-    else:
-        batch = broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
-    keep = as_keep_mask(mask, device=q.device)
-    check_broadcast(keep, (*batch, q.size(-2), k.size(-2)), "(..., T, S) =")
-    return keep
 
 
 def _explicit(q, k, v, keep, scale, dropout_p, enable_gqa):
@@ -262,3 +165,37 @@ def _fused(q, k, v, keep, is_causal, scale, dropout_p, enable_gqa):
     return F.scaled_dot_product_attention(
         q, k, v, attn_mask=keep, dropout_p=dropout_p, is_causal=is_causal, scale=scale, **kwargs
     )
+
+
+# -- two guards the maths needs: symbolic lengths and autocast ---------------------------------------------
+
+
+def known_true(cond) -> bool:
+    """True when a condition on lengths is known to hold, without tying a recorded graph to one length.
+
+    In eager PyTorch lengths are ints and ``cond`` a bool. ``torch.compile(dynamic=True)`` and
+    ``torch.export`` record one graph for every length, handing the code symbolic lengths, and
+    ``torch.jit.trace`` 0-dim tensors, on which ``if T > 1`` either fails or bakes one length in.
+    So the maths takes a *shortcut* (PyTorch's own causal kernel, no causal mask for one query)
+    only when this answers True; otherwise the general path runs, which is right for every length.
+
+    * A ``torch.SymBool`` (``torch.export``, non-strict): True only when the symbols' ranges prove
+      it, as for ``T == S`` in self-attention, where both are one symbol. No guard is added.
+    * Dynamo (``torch.compile``, strict export), where a symbolic condition poses as a bool: decided
+      as dynamo decides any ``if`` on lengths. For self-attention and cached decoding the
+      conditions asked here are settled by the symbols' ranges, so one graph serves every length.
+    * ``torch.jit.trace`` (a 0-dim tensor): never known, so the trace records the general path.
+    """
+    if isinstance(cond, torch.Tensor):  # traced
+        return False
+    if isinstance(cond, torch.SymBool):
+        return statically_known_true(cond)
+    return True if cond else False  # a bool, or dynamo's symbolic condition (an `if` it can guard)
+
+
+def autocast_off(device_type: str):
+    """A context in which ``torch.autocast`` does not act, so float32 scores stay float32 (see mha.precision)."""
+    try:
+        return torch.autocast(device_type, enabled=False)
+    except RuntimeError:  # a device type autocast does not know (meta, say)
+        return contextlib.nullcontext()

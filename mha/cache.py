@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .sizes import check_int
+from . import checks
 
 
 class KVCache:
@@ -40,10 +40,7 @@ class KVCache:
     """
 
     def __init__(self, max_len: int | None = None) -> None:
-        if max_len is not None:
-            check_int(max_len=max_len)
-            if max_len <= 0:
-                raise ValueError(f"max_len must be positive, got {max_len}")
+        checks.cache_max_len(max_len)
         self.max_len = max_len
         self.reset()
 
@@ -62,8 +59,7 @@ class KVCache:
                 (names both).
             TypeError: their dtype or device differs from the cache's.
         """
-        if self.k is not None:
-            self._check_fits(k, v)
+        checks.cache_update(self, k, v)
         if self.max_len is None:
             if self.k is None:
                 # Copies, not the views it was given: a view into the fused qkv output would keep
@@ -75,11 +71,6 @@ class KVCache:
                 self.v = torch.cat([self.v, v], dim=-2)
             return self.k, self.v
         S, T = len(self), k.size(-2)
-        if S + T > self.max_len:
-            raise ValueError(
-                f"{T} new positions after {S} cached would make {S + T}, past the cache's max_len={self.max_len}; "
-                "make the KVCache with a larger max_len, or reset() it"
-            )
         if self._k_buffer is None:
             B, g, _, d_k = k.shape
             self._k_buffer = k.new_empty(B, g, self.max_len, d_k)  # (B, g, max_len, d_k)
@@ -90,18 +81,6 @@ class KVCache:
         self.k = self._k_buffer[:, :, : S + T]  # (B, g, S + T_new, d_k)
         self.v = self._v_buffer[:, :, : S + T]
         return self.k, self.v
-
-    def _check_fits(self, k, v):
-        if k.shape[:2] != self.k.shape[:2] or k.shape[-1] != self.k.shape[-1] or v.shape != k.shape:
-            raise ValueError(
-                f"new keys {tuple(k.shape)} / values {tuple(v.shape)} don't fit the cache "
-                f"{tuple(self.k.shape)}: batch, heads and d_k must match (use a fresh KVCache for a new batch)"
-            )
-        if k.dtype != self.k.dtype or k.device != self.k.device:
-            raise TypeError(
-                f"new keys are {k.dtype} on {k.device} but the cache holds {self.k.dtype} on "
-                f"{self.k.device}; use a fresh KVCache after changing the module's dtype or device"
-            )
 
     def __len__(self) -> int:
         """Number of cached positions S."""

@@ -7,6 +7,8 @@ again before W_O.
 
 import torch
 
+from . import checks
+
 
 def split_heads(x: torch.Tensor, h: int) -> torch.Tensor:
     """(B, T, h*d_k) -> (B, h, T, d_k).
@@ -15,10 +17,10 @@ def split_heads(x: torch.Tensor, h: int) -> torch.Tensor:
     slice was computed from the whole input embedding.
 
     Raises:
+        TypeError: x is not a tensor.
         ValueError: x is not 3-D or its width is not a multiple of h.
     """
-    if x.dim() != 3 or x.size(-1) % h:
-        raise ValueError(f"split_heads needs (B, T, h*d_k) with h={h}, got shape {tuple(x.shape)}")
+    checks.split_heads(x, h)
     B, T, _ = x.shape
     return x.view(B, T, h, x.size(-1) // h).transpose(1, 2)  # (B, T, h, d_k) -> (B, h, T, d_k)
 
@@ -31,9 +33,9 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
     time steps (case C6).
 
     Raises:
+        TypeError: x is not a tensor.
         ValueError: x is not 4-D.
     """
-    if x.dim() != 4:
-        raise ValueError(f"merge_heads needs (B, h, T, d_k), got shape {tuple(x.shape)}")
+    checks.merge_heads(x)
     B, h, T, d_k = x.shape
     return x.transpose(1, 2).reshape(B, T, h * d_k)  # (B, T, h, d_k) -> (B, T, h*d_k)

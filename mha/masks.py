@@ -7,16 +7,10 @@ differs from PyTorch's, is written out in the README ("The mask convention").
 
 from __future__ import annotations
 
-import numbers
-
 import torch
 
-from .sizes import broadcast_shapes, check_int
-
-_CONVENTION = (
-    "mha masks are keep-masks: True or 1 = this query may attend to this key, "
-    "False or 0 = blocked"
-)
+from . import checks
+from .checks import check_int  # noqa: F401  (mha.parallel imports it from here; it lives in mha.checks)
 
 
 def as_keep_mask(mask: torch.Tensor, device: torch.device | str | None = None) -> torch.Tensor:
@@ -40,34 +34,7 @@ def as_keep_mask(mask: torch.Tensor, device: torch.device | str | None = None) -
             So does a float mask of all zeros: as a keep-mask it would block
             everything, and it is most likely an additive mask blocking nothing.
     """
-    if not isinstance(mask, torch.Tensor):
-        raise TypeError(f"mask must be a torch.Tensor, got {type(mask).__name__}")
-    if mask.dtype.is_complex:
-        raise TypeError(f"mask must be bool, integer or float, got {mask.dtype}")
-    mask = mask.detach().to(device) if device is not None else mask.detach()
-    if mask.dtype == torch.bool:
-        return mask
-    is_binary = (mask == 0) | (mask == 1)
-    if not bool(is_binary.all()):
-        bad = sorted({str(v) for v in mask[~is_binary].tolist()})[:4]
-        hint = ""
-        if mask.is_floating_point() and bool((mask < 0).any()):
-            hint = (
-                " It looks like an additive mask (0 = attend, -inf = blocked); "
-                "convert it with `keep = (additive_mask == 0)`."
-            )
-        raise ValueError(
-            f"{mask.dtype} mask holds values other than 0 and 1 (e.g. {', '.join(bad)}). {_CONVENTION}.{hint}"
-        )
-    if mask.is_floating_point() and mask.numel() and not bool(mask.any()):
-        # All zeros: as a keep-mask it blocks every key, which nobody means; as an
-        # additive mask it blocks nothing. Refuse to guess.
-        raise ValueError(
-            f"float mask of shape {tuple(mask.shape)} is all zeros, which as a keep-mask blocks every key. "
-            f"{_CONVENTION}. If it is an additive mask with nothing blocked, pass mask=None "
-            "(or a bool mask: `keep = (additive_mask == 0)`)."
-        )
-    return mask.bool()
+    return checks.keep_mask(mask, device)
 
 
 def causal_mask(
@@ -95,9 +62,7 @@ def causal_mask(
         ValueError: T or S is negative.
     """
     S = T if S is None else S
-    check_int(T=T, S=S)
-    if T < 0 or S < 0:
-        raise ValueError(f"causal_mask needs T >= 0 and S >= 0, got T={T}, S={S}")
+    checks.causal_lengths(T, S)
     # Built from T and S as tensor ops (not tril's int diagonal), so that under
     # compile, export or tracing the mask follows the lengths the graph is run with.
     query_position = torch.arange(T, device=device)[:, None] + (S - T)  # (T, 1): each query's place among the keys
@@ -126,21 +91,8 @@ def padding_mask(
         TypeError: lengths or S are not integers.
         ValueError: lengths are not 1-D, or a length is negative or above S.
     """
-    if not isinstance(lengths, torch.Tensor):
-        if not all(isinstance(n, numbers.Integral) and not isinstance(n, bool) for n in lengths):
-            raise TypeError(f"lengths must be integers, got {list(lengths)}")
-        lengths = torch.tensor(list(lengths), dtype=torch.long)
-    if lengths.dtype.is_floating_point or lengths.dtype.is_complex or lengths.dtype == torch.bool:
-        raise TypeError(f"lengths must be integers, got {lengths.dtype}")
-    if lengths.dim() != 1:
-        raise ValueError(f"lengths must be 1-D (B,), got shape {tuple(lengths.shape)}")
-    device = lengths.device if device is None else device
-    values = lengths.tolist()  # checked on the host; the mask is built on `device`
-    if S is None:
-        S = max(values, default=0)
-    check_int(S=S)
-    if values and (min(values) < 0 or max(values) > S):
-        raise ValueError(f"every length must be in [0, S={S}], got {values}")
+    device = lengths.device if device is None and isinstance(lengths, torch.Tensor) else device
+    values, S = checks.padding_lengths(lengths, S)  # checked on the host; the mask is built on `device`
     return torch.arange(S, device=device) < torch.tensor(values, dtype=torch.long, device=device)[:, None]
 
 
@@ -169,16 +121,10 @@ def to_torch_attn_mask(
         ValueError: the mask is not 2-D and no ``shape`` was given, or it does
             not broadcast to ``shape``.
     """
-    keep = as_keep_mask(mask)
+    keep = checks.torch_attn_mask(mask, shape)
     if shape is None:
-        if keep.dim() != 2:
-            raise ValueError(
-                f"a {keep.dim()}-D mask of shape {tuple(keep.shape)} needs shape=(B, h, T, S) "
-                "to become nn.MultiheadAttention's (B*h, T, S) attn_mask"
-            )
         return ~keep
     B, h, T, S = shape
-    check_broadcast(keep, (B, h, T, S))
     return ~keep.expand(B, h, T, S).reshape(B * h, T, S)
 
 
@@ -199,22 +145,6 @@ def to_additive_mask(mask: torch.Tensor, dtype: torch.dtype = torch.float32) -> 
     Raises:
         TypeError: ``dtype`` is not a floating dtype.
     """
-    if not dtype.is_floating_point:
-        raise TypeError(f"an additive mask must be floating, got dtype={dtype}")
-    keep = as_keep_mask(mask)
+    keep = checks.additive_mask(mask, dtype)
     zeros = torch.zeros(keep.shape, dtype=dtype, device=keep.device)
     return zeros.masked_fill(~keep, float("-inf"))
-
-
-def check_broadcast(mask: torch.Tensor, target: tuple[int, ...], names: str = "") -> None:
-    """Raise ValueError unless ``mask`` broadcasts to ``target`` without growing it."""
-    try:
-        ok = tuple(broadcast_shapes(mask.shape, target)) == tuple(target)
-    except RuntimeError:
-        ok = False
-    if not ok:
-        where = f" {names}" if names else ""
-        raise ValueError(
-            f"mask of shape {tuple(mask.shape)} does not broadcast to{where} {tuple(target)}"
-        )
-

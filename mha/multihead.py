@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import operator
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .attention import attend, check_dropout, check_flags
+from . import checks
+from .attention import attend
 from .cache import KVCache
 from .heads import merge_heads, split_heads
-from .masks import as_keep_mask, check_broadcast
-from .precision import HALF, autocast_casts
-from .sizes import check_int
 
 
 class MultiHeadAttention(nn.Module):
@@ -69,8 +65,7 @@ class MultiHeadAttention(nn.Module):
     ) -> None:
         super().__init__()
         n_kv_heads = h if n_kv_heads is None else n_kv_heads
-        _check_sizes(d_model, h, n_kv_heads, d_k)
-        check_dropout(dropout)
+        checks.layer_sizes(d_model, h, n_kv_heads, d_k, dropout)
         d_k = d_model // h if d_k is None else d_k
         self.d_model, self.h, self.d_k, self.n_kv_heads = d_model, h, d_k, n_kv_heads
         self.dropout = float(dropout)
@@ -78,81 +73,9 @@ class MultiHeadAttention(nn.Module):
         self.qkv = nn.Linear(d_model, sum(self._widths), bias=bias, device=device, dtype=dtype)
         self.out = nn.Linear(h * d_k, d_model, bias=bias, device=device, dtype=dtype)
 
-    @classmethod
-    def from_heads(cls, layer: MultiHeadAttention, heads, *, out_bias: bool = True) -> MultiHeadAttention:
-        """A new layer holding the query heads ``heads`` of ``layer``, and the K/V heads they use.
-
-        Its weights are copies: the rows of W_Q, W_K and W_V (and of qkv's
-        bias) of those heads, and the columns of W_O that multiply their
-        outputs. Its head i is ``layer``'s head ``heads[i]``, so its
-        ``forward`` returns those heads' weights, in that order, and its output
-        is their share of ``layer``'s output:
-
-            layer(x)[0] == sum over a partition of the heads P of
-                           from_heads(layer, P, out_bias=False)(x)[0] + layer.out.bias
-
-        which is how tensor parallelism splits a layer (``mha.parallel``).
-        d_model, d_k, dropout, device, dtype, training mode and each
-        parameter's ``requires_grad`` are kept. Making it draws no random
-        numbers.
-
-        Args:
-            layer: a ``MultiHeadAttention``.
-            heads: a range or sequence of distinct query-head indices in
-                [0, layer.h). With grouped-query attention (query head i uses
-                K/V head i // (h / n_kv_heads)) the chosen heads must make a
-                layer of their own: the heads of each K/V head they use side
-                by side, equally many for each, e.g. ``range(0, h // 2)``.
-            out_bias: False gives ``out`` no bias, so that partial outputs
-                can be summed and W_O's bias added once after the sum.
-
-        Returns:
-            A ``MultiHeadAttention`` with h = len(heads), n_kv_heads = the
-            number of K/V heads used, and the same d_k.
-
-        Raises:
-            TypeError: ``layer`` is not a ``MultiHeadAttention`` or a head
-                index is not an int.
-            ValueError: no heads, a head out of range or given twice, or
-                heads that do not make a whole set of K/V heads (names them).
-        """
-        h_ids, kv_ids = _head_ids(layer, heads)
-        weight, d_k = layer.qkv.weight, layer.d_k
-        has_bias = layer.qkv.bias is not None
-        # Built on the meta device and then given uninitialised memory: no random initialisation,
-        # so making a layer from heads does not move the random number generator.
-        new = cls(
-            layer.d_model, len(h_ids), n_kv_heads=len(kv_ids), d_k=d_k, bias=has_bias,
-            dropout=layer.dropout, device="meta", dtype=weight.dtype,
-        )
-        out_has_bias = out_bias and layer.out.bias is not None
-        if (new.out.bias is not None) != out_has_bias:  # W_O's bias: kept, or left to add once after a sum
-            new.out = nn.Linear(len(h_ids) * d_k, layer.d_model, bias=out_has_bias, device="meta", dtype=weight.dtype)
-        new.to_empty(device=weight.device)
-        rows, cols = _qkv_rows(layer, h_ids, kv_ids), _columns(h_ids, d_k)
-        with torch.no_grad():
-            new.qkv.weight.copy_(weight[rows.to(weight.device)])
-            if has_bias:
-                new.qkv.bias.copy_(layer.qkv.bias[rows.to(weight.device)])
-            new.out.weight.copy_(layer.out.weight[:, cols.to(weight.device)])
-            if new.out.bias is not None:
-                new.out.bias.copy_(layer.out.bias)
-        for mine, theirs in ((new.qkv.weight, weight), (new.qkv.bias, layer.qkv.bias),
-                             (new.out.weight, layer.out.weight), (new.out.bias, layer.out.bias)):
-            if mine is not None:
-                mine.requires_grad_(theirs.requires_grad)  # frozen stays frozen
-        return new.train(layer.training)
-
-    def forward(
-        self,
-        x: torch.Tensor,
-        context: torch.Tensor | None = None,
-        *,
-        causal: bool = True,
-        mask: torch.Tensor | None = None,
-        need_weights: bool = True,
-        cache: KVCache | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def forward(self, x: torch.Tensor, context: torch.Tensor | None = None, *, causal: bool = True,
+                mask: torch.Tensor | None = None, need_weights: bool = True, cache: KVCache | None = None,
+                ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Attend from x to itself (or to ``context``) and project back to d_model.
 
         Args:
@@ -194,39 +117,46 @@ class MultiHeadAttention(nn.Module):
                 cache together with a context, new tokens that do not fit the
                 cache (another batch, or past its ``max_len``).
         """
-        self._check_inputs(x, context, cache)
-        check_flags(causal=causal, need_weights=need_weights)
-        dropout_p = 0.0
-        if self.training:
-            dropout_p = self.dropout
-            check_dropout(dropout_p)  # checked when the layer was made, but an attribute can be changed since
-        B, T, S = x.size(0), x.size(1), (x if context is None else context).size(1)
-        if cache is not None:
-            S += len(cache)  # the new queries attend to the cached keys too
-        keep = None if mask is None else self._keep_mask(mask, (B, self.h, T, S), x.device)  # before the cache changes
+        keep = checks.layer_inputs(self, x, context, causal, mask, need_weights, cache)  # bool, or None
         q, k, v = self._project_heads(x, context)  # (B, h, T, d_k), (B, g, S, d_k), (B, g, S, d_k)
         if cache is not None:
-            k, v = cache.update(k, v)  # (B, g, S_cached + T, d_k)
-        # Everything is checked by now, and q, k, v come from our own projections, so the
-        # attention runs without checking them again (mha.scaled_dot_product_attention would):
-        # in one decoding step of a small model the checks would cost more than the maths.
-        out, w = attend(
+            k, v = cache.update(k, v)  # (B, g, S_cached + T, d_k): every position so far
+        out, w = attend(  # (B, h, T, d_k), (B, h, T, S)
             q, k, v, keep,
             is_causal=causal and context is None,
-            dropout_p=dropout_p,
+            dropout_p=self.dropout if self.training else 0.0,
             need_weights=need_weights,
             enable_gqa=self.n_kv_heads != self.h,
-        )  # (B, h, T, d_k), (B, h, T, S)
+        )
         y = self.out(merge_heads(out))  # (B, T, h*d_k) -> (B, T, d_model)
         return y, w
+
+    def _project_heads(self, x, context):
+        """Q from x, K and V from ``context`` (or x), in heads: (B, h, T, d_k), (B, g, S, d_k), (B, g, S, d_k)."""
+        g = self.n_kv_heads
+        if context is None:
+            # qkv's output is Q, K and V side by side, each a whole number of d_k-wide heads,
+            # so it splits into h + 2g heads at once: h query heads, then g key and g value heads.
+            # (The same views as splitting Q, K, V first, in 3 tensor ops instead of 7.)
+            heads = split_heads(self.qkv(x), self.h + 2 * g)  # (B, h + 2g, T, d_k)
+            return heads.split_with_sizes([self.h, g, g], dim=1)
+        q, k, v = self._project(x, context)  # (B, T, h*d_k), (B, S, g*d_k), (B, S, g*d_k)
+        return split_heads(q, self.h), split_heads(k, g), split_heads(v, g)
 
     def project(
         self, x: torch.Tensor, context: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Q from x; K and V from ``context`` (or x). All heads at once.
+        """Q from x; K and V from ``context`` (or x). All heads at once, not yet split.
 
         Returns (B, T, h*d_k), (B, S, n_kv_heads*d_k), (B, S, n_kv_heads*d_k).
+
+        Raises:
+            As ``forward`` for x and context.
         """
+        checks.layer_inputs(self, x, context)
+        return self._project(x, context)
+
+    def _project(self, x, context):
         if context is None:  # self-attention: one matmul for Q, K and V
             return self.qkv(x).split(self._widths, dim=-1)
         W_Q, W_KV = self.qkv.weight.split([self._widths[0], 2 * self._widths[1]])
@@ -236,123 +166,74 @@ class MultiHeadAttention(nn.Module):
         k, v = F.linear(context, W_KV, b_KV).split(self._widths[1:], dim=-1)
         return F.linear(x, W_Q, b_Q), k, v
 
-    def _project_heads(self, x, context):
-        """``project``, split into heads: (B, h, T, d_k), (B, g, S, d_k), (B, g, S, d_k)."""
-        g = self.n_kv_heads
-        if context is None:
-            # qkv's output is Q, K and V side by side, each a whole number of d_k-wide heads,
-            # so it splits into h + 2g heads at once: h query heads, then g key and g value heads.
-            # (The same views as splitting Q, K, V first, in 3 tensor ops instead of 7.)
-            heads = split_heads(self.qkv(x), self.h + 2 * g)  # (B, h + 2g, T, d_k)
-            return heads.split_with_sizes([self.h, g, g], dim=1)
-        q, k, v = self.project(x, context)  # (B, T, h*d_k), (B, S, g*d_k), (B, S, g*d_k)
-        return split_heads(q, self.h), split_heads(k, g), split_heads(v, g)
+    @classmethod
+    def from_heads(cls, layer: MultiHeadAttention, heads, *, out_bias: bool = True) -> MultiHeadAttention:
+        """A new layer holding the query heads ``heads`` of ``layer``, and the K/V heads they use.
 
-    def _check_inputs(self, x, context, cache):
-        self._check_input("x", x)
-        if context is not None:
-            self._check_input("context", context)
-            if context.size(0) != x.size(0):
-                raise ValueError(
-                    f"context batch {context.size(0)} differs from x batch {x.size(0)}: "
-                    f"x {tuple(x.shape)}, context {tuple(context.shape)}"
-                )
-        if cache is not None:
-            if context is not None:
-                raise ValueError("a KVCache is for self-attention decoding; don't pass it with a context")
-            if not isinstance(cache, KVCache):
-                raise TypeError(f"cache must be an mha.KVCache, got {type(cache).__name__}")
+        Its weights are copies: the rows of W_Q, W_K and W_V (and of qkv's
+        bias) of those heads, and the columns of W_O that multiply their
+        outputs. Its head i is ``layer``'s head ``heads[i]``, so its
+        ``forward`` returns those heads' weights, in that order, and its output
+        is their share of ``layer``'s output:
 
-    def _check_input(self, name, t):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if t.dim() != 3 or t.size(-1) != self.d_model:
-            raise ValueError(
-                f"{name} must be (B, {'T' if name == 'x' else 'S'}, d_model={self.d_model}), got shape {tuple(t.shape)}"
-            )
-        if not t.is_floating_point():
-            raise TypeError(f"{name} must be a floating tensor, got {t.dtype}")
-        weight = self.qkv.weight
-        # Under torch.autocast the projections cast x and the weights to one dtype, so
-        # float32 parameters with bfloat16 activations are what mixed precision looks like.
-        if t.dtype != weight.dtype and not autocast_casts(t.device.type, t.dtype, weight.dtype):
-            raise TypeError(_dtype_advice(name, t, weight))
-        if t.device != weight.device:
-            raise ValueError(f"{name} is on {t.device} but the module is on {weight.device}; move one of them")
+            layer(x)[0] == sum over a partition of the heads P of
+                           from_heads(layer, P, out_bias=False)(x)[0] + layer.out.bias
 
-    def _keep_mask(self, mask, shape, device):
-        """The mask as a bool keep-mask on ``device``, checked to broadcast to (B, h, T, S) and to hold only 0/1."""
-        if not isinstance(mask, torch.Tensor):
-            raise TypeError(f"mask must be a torch.Tensor, got {type(mask).__name__}")
-        B, _, T, S = shape
-        try:
-            check_broadcast(mask, shape, "(B, h, T, S) =")
-        except ValueError as err:
-            if tuple(mask.shape) == (B, S):
-                raise ValueError(f"{err}; a (B, S) padding mask goes in as mask[:, None, None, :]") from None
-            if tuple(mask.shape) == (B, T, S):
-                raise ValueError(f"{err}; a per-sample (B, T, S) mask goes in as mask[:, None]") from None
-            raise
-        return as_keep_mask(mask, device=device)
+        which is how tensor parallelism splits a layer (``mha.parallel``).
+        d_model, d_k, dropout, device, dtype, training mode and each
+        parameter's ``requires_grad`` are kept. Making it draws no random
+        numbers.
+
+        Args:
+            layer: a ``MultiHeadAttention``.
+            heads: a range or sequence of distinct query-head indices in
+                [0, layer.h). With grouped-query attention (query head i uses
+                K/V head i // (h / n_kv_heads)) the chosen heads must make a
+                layer of their own: the heads of each K/V head they use side
+                by side, equally many for each, e.g. ``range(0, h // 2)``.
+            out_bias: False gives ``out`` no bias, so that partial outputs
+                can be summed and W_O's bias added once after the sum.
+
+        Returns:
+            A ``MultiHeadAttention`` with h = len(heads), n_kv_heads = the
+            number of K/V heads used, and the same d_k.
+
+        Raises:
+            TypeError: ``layer`` is not a ``MultiHeadAttention`` or a head
+                index is not an int.
+            ValueError: no heads, a head out of range or given twice, or
+                heads that do not make a whole set of K/V heads (names them).
+        """
+        h_ids, kv_ids = checks.chosen_heads(layer, heads, MultiHeadAttention)
+        weight, d_k = layer.qkv.weight, layer.d_k
+        has_bias = layer.qkv.bias is not None
+        # Built on the meta device and then given uninitialised memory: no random initialisation,
+        # so making a layer from heads does not move the random number generator.
+        new = cls(
+            layer.d_model, len(h_ids), n_kv_heads=len(kv_ids), d_k=d_k, bias=has_bias,
+            dropout=layer.dropout, device="meta", dtype=weight.dtype,
+        )
+        out_has_bias = out_bias and layer.out.bias is not None
+        if (new.out.bias is not None) != out_has_bias:  # W_O's bias: kept, or left to add once after a sum
+            new.out = nn.Linear(len(h_ids) * d_k, layer.d_model, bias=out_has_bias, device="meta", dtype=weight.dtype)
+        new.to_empty(device=weight.device)
+        rows, cols = _qkv_rows(layer, h_ids, kv_ids), _columns(h_ids, d_k)
+        with torch.no_grad():
+            new.qkv.weight.copy_(weight[rows.to(weight.device)])
+            if has_bias:
+                new.qkv.bias.copy_(layer.qkv.bias[rows.to(weight.device)])
+            new.out.weight.copy_(layer.out.weight[:, cols.to(weight.device)])
+            if new.out.bias is not None:
+                new.out.bias.copy_(layer.out.bias)
+        for mine, theirs in ((new.qkv.weight, weight), (new.qkv.bias, layer.qkv.bias),
+                             (new.out.weight, layer.out.weight), (new.out.bias, layer.out.bias)):
+            if mine is not None:
+                mine.requires_grad_(theirs.requires_grad)  # frozen stays frozen
+        return new.train(layer.training)
 
     def extra_repr(self) -> str:
         kv = f", n_kv_heads={self.n_kv_heads}" if self.n_kv_heads != self.h else ""
         return f"d_model={self.d_model}, h={self.h}, d_k={self.d_k}{kv}, dropout={self.dropout}"
-
-
-def _dtype_advice(name, t, weight):
-    message = f"{name} is {t.dtype} but the module's parameters are {weight.dtype}"
-    if t.dtype in HALF and weight.dtype == torch.float32:  # autocast never casts float64
-        return (
-            f"{message}. For {t.dtype} throughout, convert the module: module.to({t.dtype}). For mixed "
-            f"precision ({weight.dtype} parameters, {t.dtype} activations), keep the module as it is and run it "
-            f"under torch.autocast({t.device.type!r}, dtype={t.dtype})"
-        )
-    return f"{message}; convert one of them, e.g. module.to({t.dtype}) or {name}.to({weight.dtype})"
-
-
-def _check_sizes(d_model, h, n_kv_heads, d_k):
-    sizes = {"d_model": d_model, "h": h, "n_kv_heads": n_kv_heads}
-    if d_k is not None:
-        sizes["d_k"] = d_k
-    check_int(**sizes)
-    for name, n in sizes.items():
-        if n <= 0:
-            raise ValueError(f"{name} must be positive, got {n}")
-    if d_k is None and d_model % h:
-        raise ValueError(
-            f"d_model={d_model} is not divisible by h={h}: each head needs d_k = d_model / h "
-            f"dimensions (try h in {[n for n in range(1, min(d_model, 64) + 1) if d_model % n == 0]})"
-        )
-    if h % n_kv_heads:
-        raise ValueError(f"n_kv_heads={n_kv_heads} must divide h={h}")
-
-
-def _head_ids(layer, heads):
-    """The chosen query heads and the K/V heads they use, checked to make a layer of their own."""
-    if not isinstance(layer, MultiHeadAttention):
-        raise TypeError(f"from_heads needs an mha.MultiHeadAttention, got {type(layer).__name__}")
-    h_ids = []
-    for i in heads:
-        try:
-            h_ids.append(operator.index(i))  # ints and 0-dim integer tensors; not floats
-        except TypeError:
-            raise TypeError(f"head indices must be ints, got {i!r}") from None
-    if not h_ids:
-        raise ValueError("from_heads needs at least one head")
-    if len(set(h_ids)) < len(h_ids) or not all(0 <= i < layer.h for i in h_ids):
-        raise ValueError(f"heads must be distinct indices in [0, h={layer.h}), got {h_ids}")
-    per_kv = layer.h // layer.n_kv_heads
-    used = [i // per_kv for i in h_ids]  # the K/V head each chosen query head uses
-    kv_ids = list(dict.fromkeys(used))
-    # The new layer's query head j uses its K/V head j // (h' / g'): the chosen heads must come
-    # in runs, one per K/V head, all of one length.
-    if len(h_ids) % len(kv_ids) or used != [kv for kv in kv_ids for _ in range(len(h_ids) // len(kv_ids))]:
-        raise ValueError(
-            f"heads {h_ids} use K/V heads {used} (query head i uses K/V head i // {per_kv}); a layer needs "
-            "the query heads of each K/V head it uses side by side, equally many for each"
-        )
-    return h_ids, kv_ids
 
 
 def _qkv_rows(layer, h_ids, kv_ids):

@@ -6,6 +6,8 @@ from typing import NamedTuple
 
 from torch import nn
 
+from . import checks
+
 
 class ParameterCount(NamedTuple):
     """Weights (matrices), biases (vectors) and their total."""
@@ -31,8 +33,7 @@ def count_parameters(module: nn.Module) -> ParameterCount:
     Raises:
         TypeError: ``module`` is not an ``nn.Module``.
     """
-    if not isinstance(module, nn.Module):
-        raise TypeError(f"count_parameters needs an nn.Module, got {type(module).__name__}")
+    checks.module("count_parameters", module)
     weights = biases = 0
     for name, p in module.named_parameters():
         if not p.requires_grad:

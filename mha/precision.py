@@ -7,12 +7,11 @@ one of the ops autocast keeps in float32. This library does the same: under an
 active autocast, q, k and v are cast to its dtype (as its matmuls would cast
 them), scores and softmax run in float32, and a layer accepts low-precision
 activations with float32 parameters. See the PyTorch doc "Automatic Mixed
-Precision package - torch.amp".
+Precision package - torch.amp". (The explicit path turns autocast off around its
+float32 scores with ``mha.attention.autocast_off``.)
 """
 
 from __future__ import annotations
-
-import contextlib
 
 import torch
 
@@ -50,11 +49,3 @@ def autocast_inputs(*tensors):
         t.to(dtype) if isinstance(t, torch.Tensor) and autocast_casts(t.device.type, t.dtype) else t
         for t in tensors
     )
-
-
-def autocast_off(device_type: str):
-    """A context in which autocast does not act (so float32 scores stay float32)."""
-    try:
-        return torch.autocast(device_type, enabled=False)
-    except RuntimeError:  # a device type autocast does not know (meta, say)
-        return contextlib.nullcontext()

@@ -96,8 +96,8 @@ MUTANTS = [
     ),
     Mutant(
         "inverted-mask", "inverted", "the keep-mask is read as True = blocked",
-        (("mha/attention.py", "keep = as_keep_mask(mask, device=q.device)",
-          "keep = ~as_keep_mask(mask, device=q.device)"),),
+        (("mha/checks.py", "keep = keep_mask(mask, device=q.device)",
+          "keep = ~keep_mask(mask, device=q.device)"),),
                 (
             "tests/test_cases.py::test_C3_bool_mask_agrees_with_pytorch_sdpa",
             "tests/test_exercises.py::test_right_code_passes[check_attention-library_attention]",
