@@ -65,7 +65,11 @@ def scaled_dot_product_attention(
     Returns:
         ``(out, weights)``. Without dropout each row of ``weights`` sums to 1,
         except a query whose keys are all blocked: its weights and its output
-        are zero (never NaN, in the forward pass or in gradients).
+        are zero (never NaN, in the forward pass or in gradients, whatever
+        that query holds). A key and value that the mask blocks for every
+        query never reach the output or the gradients, even when they hold inf
+        or NaN (padding an earlier layer left garbage in;
+        ``F.scaled_dot_product_attention`` returns NaN there).
         float16/bfloat16 inputs compute scores and softmax in float32, so
         large logits stay finite; out and weights come back in q's dtype.
         Under an active ``torch.autocast`` q, k and v are first cast to its
@@ -95,6 +99,9 @@ def attend(q, k, v, keep, is_causal=False, scale=None, dropout_p=0.0, need_weigh
     """
     T, S = q.size(-2), k.size(-2)
     scale = 1.0 / math.sqrt(q.size(-1)) if scale is None else scale
+    if keep is not None:
+        # A key no query may look at must not reach the output, not even as 0 * NaN: zero it and its value.
+        k, v = _zero_unseen_keys(keep, k, v, enable_gqa)
 
     # Length logic goes through known_true, so that symbolic lengths (compile, export,
     # tracing) take a shortcut only where it is right for every length.
@@ -109,17 +116,27 @@ def attend(q, k, v, keep, is_causal=False, scale=None, dropout_p=0.0, need_weigh
     if may_block_a_row:
         # Some query may have no allowed key; its softmax would be over only -inf,
         # giving NaN. Let such rows attend everywhere (finite maths), zero them below.
+        # Their output does not depend on their query, so zero that too: NaN there
+        # (a padded row) then reaches neither the output nor any gradient.
         has_key = keep.any(dim=-1, keepdim=True)  # (..., T, 1)
         keep = keep | ~has_key
+        q = torch.where(has_key, q, 0.0)
 
     if need_weights:
         out, weights = _explicit(q, k, v, keep, scale, dropout_p, enable_gqa)  # (..., T, d_v), (..., T, S)
     else:
         out, weights = _fused(q, k, v, keep, kernel_causal, scale, dropout_p, enable_gqa), None
-    if has_key is not None:
-        out = out * has_key
-        weights = None if weights is None else weights * has_key
+    if has_key is not None:  # where, not *: 0 * NaN would be NaN
+        out = torch.where(has_key, out, 0.0)
+        weights = None if weights is None else torch.where(has_key, weights, 0.0)
     return out, weights
+
+
+def _zero_unseen_keys(keep, k, v, enable_gqa):
+    seen = (keep.any(dim=-2) if keep.dim() > 1 else keep).unsqueeze(-1)  # (..., S, 1): may any query see key j?
+    if enable_gqa and seen.dim() > 2 and seen.size(-3) not in (1, k.size(-3)):  # per query head: a K/V head's
+        seen = seen.unflatten(-3, (k.size(-3), -1)).any(dim=-3)  # key is seen if one of its query heads sees it
+    return torch.where(seen, k, 0.0), torch.where(seen, v, 0.0)
 
 
 def _explicit(q, k, v, keep, scale, dropout_p, enable_gqa):

@@ -6,7 +6,7 @@ Each test is named after its case id and fixes the whole kind of fault.
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import torch_reference
+from helpers import assert_close, torch_reference
 from torch import nn
 
 import mha
@@ -333,3 +333,98 @@ def test_C12_preallocated_kv_cache_nbytes_is_its_whole_buffers(n_kv_heads):
     cache = mha.KVCache(max_len=4)
     m(torch.randn(1, 1, 64), cache=cache)  # a one-token prefill: its K and V are views into qkv's output
     assert cache.nbytes == _bytes_kept_alive(cache) == 2 * g * 4 * 8 * 4
+
+
+@pytest.mark.parametrize("bad", [float("inf"), float("nan"), 1e10])
+@pytest.mark.parametrize("need_weights", [True, False])
+def test_C14_keys_blocked_for_every_query_never_reach_the_output(bad, need_weights):
+    q = (torch.arange(8, dtype=torch.float64).reshape(1, 2, 4) / 8).requires_grad_()
+    keep = torch.tensor([[[True, False], [True, False]]])  # key 1 is blocked for both queries
+    finite = q.detach().clone()
+    k = finite.clone()
+    k[0, 1, 0] = bad
+    k.requires_grad_()
+    v = k.detach().clone().requires_grad_()
+    if bad != 1e10:  # the fault: PyTorch's kernel lets the blocked key through as NaN
+        assert torch.isnan(F.scaled_dot_product_attention(q, k, v, attn_mask=keep)).all()
+    expected = F.scaled_dot_product_attention(finite, finite, finite, attn_mask=keep)  # key 1 finite
+    out, w = mha.scaled_dot_product_attention(q, k, v, keep, need_weights=need_weights)
+    assert_close(out, expected)
+    assert torch.equal(out, finite[:, :1].expand(1, 2, 4))  # each query sees only key 0: out is v[0]
+    if need_weights:
+        assert w.tolist() == [[[1.0, 0.0], [1.0, 0.0]]]
+    out.sum().backward()
+    for t in (q, k, v):
+        assert torch.isfinite(t.grad).all()
+    assert k.grad[0, 1].abs().max() == 0 and v.grad[0, 1].abs().max() == 0  # nothing flows to the blocked key
+
+
+@pytest.mark.parametrize("need_weights", [True, False])
+def test_C14_a_fully_blocked_row_stays_exactly_zero_whatever_it_holds(need_weights):
+    q, k, v = (torch.randn(2, 2, 3, 4, dtype=torch.float64) for _ in range(3))
+    q[1], k[1], v[1] = float("nan"), float("nan"), float("nan")  # sample 1 is all padding, garbage included
+    keep = mha.padding_mask([3, 0])[:, None, None, :]  # (B, 1, 1, S): sample 1 has no key
+    q, k, v = (t.requires_grad_() for t in (q, k, v))
+    out, w = mha.scaled_dot_product_attention(q, k, v, keep, need_weights=need_weights)
+    assert out[1].abs().max() == 0 and (w is None or w[1].abs().max() == 0)  # exactly zero, not NaN
+    alone = F.scaled_dot_product_attention(q[0], k[0], v[0])
+    assert_close(out[0], alone)
+    out[0].sum().backward()
+    for t in (q, k, v):
+        assert torch.isfinite(t.grad).all() and t.grad[1].abs().max() == 0
+    # A row with no key stays zero even when the keys it does not see are NaN that another row sees.
+    q, k, v = (torch.randn(1, 2, 2, 4, dtype=torch.float64) for _ in range(3))
+    k[..., 1, :] = float("nan")
+    keep = torch.tensor([[False, False], [True, True]])
+    out, w = mha.scaled_dot_product_attention(q, k, v, keep, need_weights=need_weights)
+    assert out[..., 0, :].abs().max() == 0 and (w is None or w[..., 0, :].abs().max() == 0)
+    assert torch.isnan(out[..., 1, :]).all()  # row 1 asked for the NaN key: that is its answer
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("need_weights", [True, False])
+def test_C14_nan_in_padded_rows_of_x_leaves_the_real_tokens_alone(causal, need_weights):
+    m = mha.MultiHeadAttention(16, 4, dtype=torch.float64).eval()
+    x = torch.randn(2, 6, 16, dtype=torch.float64)
+    x[1, 4:] = float("nan")  # what an upstream layer may leave on padding (pytorch/pytorch#41508)
+    lengths = [6, 4]
+    y, w = m(x, mask=mha.padding_mask(lengths)[:, None, None, :], causal=causal, need_weights=need_weights)
+    assert torch.isfinite(y[0]).all() and torch.isfinite(y[1, :4]).all()
+    for b, n in enumerate(lengths):  # each sample as if it had never been padded
+        alone, w_alone = m(x[b : b + 1, :n], causal=causal)
+        torch.testing.assert_close(y[b, :n], alone[0], rtol=0, atol=1e-12)
+        if need_weights:
+            torch.testing.assert_close(w[b, :, :n, :n], w_alone[0], rtol=0, atol=1e-12)
+            assert not w[b, :, :n, n:].any()  # padding keys get exactly zero weight from real queries
+
+
+def test_C14_gradients_of_a_loss_on_the_real_tokens_stay_finite():
+    # The gradient with respect to the real tokens is the one without the padding, when the mask says which
+    # *queries* are padding too (B, 1, T, S): a padded query's NaN otherwise reaches every key's gradient as
+    # 0 * NaN, in any implementation (and so does a NaN row of x in nn.Linear's weight gradient).
+    m = mha.MultiHeadAttention(16, 4, dtype=torch.float64).eval()
+    lengths = [6, 4]
+    x = torch.randn(2, 6, 16, dtype=torch.float64)
+    x[1, 4:] = float("nan")
+    x.requires_grad_()
+    real = mha.padding_mask(lengths)
+    keep = (real[:, :, None] & real[:, None, :])[:, None]  # (B, 1, T, S): real queries, real keys
+    for need_weights in (True, False):
+        x.grad = None
+        y, _ = m(x, mask=keep, need_weights=need_weights)
+        (y * real[..., None]).nan_to_num().sum().backward()  # a loss on the real tokens only
+        assert torch.isfinite(x.grad).all() and x.grad[1, 4:].abs().max() == 0
+        part = x.detach()[1:, :4].clone().requires_grad_()
+        m(part)[0].sum().backward()
+        torch.testing.assert_close(x.grad[1, :4], part.grad[0], rtol=0, atol=1e-12)
+    # Cross-attention: NaN in the padded rows of the context (an encoder's output) stays out of every gradient
+    # but W_K's and W_V's, which multiply those rows (nn.Linear's weight gradient: 0 * NaN).
+    m.zero_grad()
+    x = torch.randn(2, 3, 16, dtype=torch.float64, requires_grad=True)
+    context = torch.randn(2, 6, 16, dtype=torch.float64)
+    context[1, 4:] = float("nan")
+    context.requires_grad_()
+    y, _ = m(x, context, mask=real[:, None, None, :])
+    y.sum().backward()
+    assert torch.isfinite(y).all() and torch.isfinite(x.grad).all() and torch.isfinite(context.grad).all()
+    assert torch.isfinite(m.out.weight.grad).all() and torch.isfinite(m.qkv.weight.grad[:16]).all()  # W_O, W_Q
