@@ -25,9 +25,18 @@ class KVCache:
       K and V on the first update and writes each step into them in place,
       so a step copies only its new tokens. Use it when the generation length
       is known: it is faster, and under ``torch.compile`` one graph serves
-      every step.
+      every step. When the new keys need gradients (decoding outside
+      ``torch.no_grad()`` with trainable weights), ``update`` returns copies
+      of the filled positions, as a growing cache copies them: an earlier
+      step's backward pass needs its keys as they were.
 
-    Attributes:
+    Gradients flow through either kind: a loss on the decoded outputs has the
+    gradients of the same loss on one causal call over the whole sequence.
+
+    A cache serves one layer: the layer that first fills it owns it until
+    ``reset()``, and another layer passing it raises.
+
+    Attributes (read-only; ``reorder`` and ``reset`` change them):
         k, v: the cached keys and values, (B, n_kv_heads, S, d_k) with S =
             ``len(cache)``, or None before the first update. They live on the
             device and in the dtype of the first update. With ``max_len`` they
@@ -41,11 +50,46 @@ class KVCache:
 
     def __init__(self, max_len: int | None = None) -> None:
         checks.cache_max_len(max_len)
-        self.max_len = max_len
+        self._max_len = max_len
         self.reset()
 
-    def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    @property
+    def k(self) -> torch.Tensor | None:
+        """The cached keys (B, n_kv_heads, S, d_k), or None before the first update."""
+        return self._k
+
+    @k.setter
+    def k(self, value):
+        checks.read_only("k")
+
+    @property
+    def v(self) -> torch.Tensor | None:
+        """The cached values (B, n_kv_heads, S, d_k), or None before the first update."""
+        return self._v
+
+    @v.setter
+    def v(self, value):
+        checks.read_only("v")
+
+    @property
+    def max_len(self) -> int | None:
+        """The most positions a preallocated cache holds, or None for a growing cache."""
+        return self._max_len
+
+    @max_len.setter
+    def max_len(self, value):
+        checks.read_only("max_len")
+
+    def update(
+        self, k: torch.Tensor, v: torch.Tensor, *, layer: torch.nn.Module | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Append new (B, n_kv_heads, T_new, d_k) keys and values; return all of them.
+
+        Args:
+            k, v: the new positions' keys and values.
+            layer: the module whose keys these are; it owns the cache from now
+                until ``reset()`` (``MultiHeadAttention`` passes itself), and
+                keys from another module raise.
 
         Returns:
             ``(k, v)``, each (B, n_kv_heads, S + T_new, d_k): with ``max_len``,
@@ -56,35 +100,66 @@ class KVCache:
         Raises:
             ValueError: the new keys don't match the cached batch, heads or
                 width, or, with ``max_len``, they would take the cache past it
-                (names both).
+                (names both), or they come from another layer than the
+                cache's.
             TypeError: their dtype or device differs from the cache's.
         """
-        checks.cache_update(self, k, v)
-        if self.max_len is None:
-            if self.k is None:
+        checks.cache_update(self, k, v, layer)
+        if layer is not None:
+            self._layer = layer
+        if self._max_len is None:
+            if self._k is None:
                 # Copies, not the views it was given: a view into the fused qkv output would keep
                 # all of it alive, Q included, while nbytes counted only K and V.
-                self.k = k.clone(memory_format=torch.contiguous_format)
-                self.v = v.clone(memory_format=torch.contiguous_format)
+                self._k = k.clone(memory_format=torch.contiguous_format)
+                self._v = v.clone(memory_format=torch.contiguous_format)
             else:
-                self.k = torch.cat([self.k, k], dim=-2)  # (B, g, S + T_new, d_k)
-                self.v = torch.cat([self.v, v], dim=-2)
-            return self.k, self.v
+                self._k = torch.cat([self._k, k], dim=-2)  # (B, g, S + T_new, d_k)
+                self._v = torch.cat([self._v, v], dim=-2)
+            return self._k, self._v
         S, T = len(self), k.size(-2)
         if self._k_buffer is None:
             B, g, _, d_k = k.shape
-            self._k_buffer = k.new_empty(B, g, self.max_len, d_k)  # (B, g, max_len, d_k)
-            self._v_buffer = v.new_empty(B, g, self.max_len, v.size(-1))
+            self._k_buffer = k.new_empty(B, g, self._max_len, d_k)  # (B, g, max_len, d_k)
+            self._v_buffer = v.new_empty(B, g, self._max_len, v.size(-1))
         # Written in place: only the new positions are copied, and the buffers never change shape.
         self._k_buffer[:, :, S : S + T] = k
         self._v_buffer[:, :, S : S + T] = v
-        self.k = self._k_buffer[:, :, : S + T]  # (B, g, S + T_new, d_k)
-        self.v = self._v_buffer[:, :, : S + T]
-        return self.k, self.v
+        self._k = self._k_buffer[:, :, : S + T]  # (B, g, S + T_new, d_k)
+        self._v = self._v_buffer[:, :, : S + T]
+        if torch.is_grad_enabled() and (k.requires_grad or v.requires_grad):
+            # The attention saves its keys and values for the backward pass, and the next step writes
+            # into these same buffers: hand it copies, so that what it saved stays as it was.
+            return self._k.clone(), self._v.clone()
+        return self._k, self._v
+
+    def reorder(self, beams: torch.Tensor | list[int]) -> None:
+        """Keep batch rows ``beams`` of the cache, in that order: beam search's step between two tokens.
+
+        After a step, beam search keeps the best continuations; new beam b
+        continues old beam ``beams[b]``, so its cache must be that beam's
+        (``reorder_cache`` in Hugging Face transformers). Rows may repeat or be
+        dropped; the batch becomes ``len(beams)``. Both kinds of cache; an
+        empty cache has nothing to reorder.
+
+        Raises:
+            TypeError: ``beams`` are not integers.
+            ValueError: ``beams`` is not 1-D, or names a row outside [0, B).
+        """
+        index = checks.cache_beams(self, beams)  # (new B,) int64, on the cache's device
+        if self._k is None:
+            return
+        S = len(self)
+        if self._max_len is not None:
+            self._k_buffer = self._k_buffer.index_select(0, index)  # (new B, g, max_len, d_k)
+            self._v_buffer = self._v_buffer.index_select(0, index)
+            self._k, self._v = self._k_buffer[:, :, :S], self._v_buffer[:, :, :S]
+        else:
+            self._k, self._v = self._k.index_select(0, index), self._v.index_select(0, index)
 
     def __len__(self) -> int:
         """Number of cached positions S."""
-        return 0 if self.k is None else self.k.size(-2)
+        return 0 if self._k is None else self._k.size(-2)
 
     @property
     def nbytes(self) -> int:
@@ -97,17 +172,21 @@ class KVCache:
         update on, however few positions are filled. 0 before the first update
         and after ``reset()``.
         """
-        owned = (self.k, self.v) if self.max_len is None else (self._k_buffer, self._v_buffer)
+        owned = (self._k, self._v) if self._max_len is None else (self._k_buffer, self._v_buffer)
         return sum(t.numel() * t.element_size() for t in owned if t is not None)
 
     def reset(self) -> None:
-        """Forget every cached position and free the memory; a preallocated cache allocates again on its next update."""
-        self.k: torch.Tensor | None = None
-        self.v: torch.Tensor | None = None
+        """Forget every cached position (and the layer that owned it) and free the memory.
+
+        A preallocated cache allocates again on its next update.
+        """
+        self._k: torch.Tensor | None = None
+        self._v: torch.Tensor | None = None
         self._k_buffer: torch.Tensor | None = None  # with max_len: (B, g, max_len, d_k); k is a view of it
         self._v_buffer: torch.Tensor | None = None
+        self._layer: torch.nn.Module | None = None  # the layer whose keys these are
 
     def __repr__(self) -> str:
-        shape = None if self.k is None else tuple(self.k.shape)
-        max_len = "" if self.max_len is None else f", max_len={self.max_len}"
+        shape = None if self._k is None else tuple(self._k.shape)
+        max_len = "" if self._max_len is None else f", max_len={self._max_len}"
         return f"KVCache(len={len(self)}{max_len}, k_shape={shape}, nbytes={self.nbytes})"

@@ -115,12 +115,13 @@ class MultiHeadAttention(nn.Module):
             ValueError: wrong rank or width, a context whose batch differs, a
                 mask that does not broadcast to (B, h, T, S) or is not 0/1, a
                 cache together with a context, new tokens that do not fit the
-                cache (another batch, or past its ``max_len``).
+                cache (another batch, or past its ``max_len``), a cache that
+                another layer filled.
         """
         keep = checks.layer_inputs(self, x, context, causal, mask, need_weights, cache)  # bool, or None
         q, k, v = self._project_heads(x, context)  # (B, h, T, d_k), (B, g, S, d_k), (B, g, S, d_k)
         if cache is not None:
-            k, v = cache.update(k, v)  # (B, g, S_cached + T, d_k): every position so far
+            k, v = cache.update(k, v, layer=self)  # (B, g, S_cached + T, d_k): every position so far
         out, w = attend(  # (B, h, T, d_k), (B, h, T, S)
             q, k, v, keep,
             is_causal=causal and context is None,

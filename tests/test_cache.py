@@ -5,6 +5,8 @@ import torch
 
 import mha
 
+MODES = pytest.mark.parametrize("max_len", [None, 16], ids=["growing", "preallocated"])
+
 
 def test_llama2_70b_attention_parameters():
     # d_model 8192, 64 query heads, 8 KV heads, no biases (Touvron et al. 2023).
@@ -106,15 +108,35 @@ def test_going_past_max_len_raises_naming_both_numbers_and_stores_nothing():
     assert len(cache) == 5 and cache.nbytes == 2 * 2 * 4 * 5 * 4 * 4
 
 
-def test_preallocated_cache_still_rejects_what_does_not_fit():
+@MODES
+def test_a_cache_rejects_another_batch_dtype_or_device_and_keeps_what_it_had(max_len):
     m = mha.MultiHeadAttention(8, 2)
-    cache = mha.KVCache(max_len=10)
+    cache = mha.KVCache(max_len=max_len)
     m(torch.randn(2, 3, 8), cache=cache)
-    with pytest.raises(ValueError, match=r"don't fit the cache"):
+    k = cache.k.clone()
+    with pytest.raises(ValueError, match=r"don't fit the cache.*use a fresh KVCache for a new batch"):
         m(torch.randn(3, 1, 8), cache=cache)
-    with pytest.raises(TypeError, match="fresh KVCache"):
+    with pytest.raises(TypeError, match=r"torch.float64 on cpu but the cache holds torch.float32.*fresh KVCache"):
         m.double()(torch.randn(2, 1, 8, dtype=torch.float64), cache=cache)
+    with pytest.raises(TypeError, match=r"on meta but the cache holds torch.float32 on cpu"):
+        m.float().to("meta")(torch.randn(2, 1, 8, device="meta"), cache=cache)
+    assert len(cache) == 3 and torch.equal(cache.k, k)
+
+
+@MODES
+def test_a_call_that_raises_leaves_the_cache_alone(max_len):
+    m = mha.MultiHeadAttention(8, 2).eval()
+    x = torch.randn(1, 5, 8)
+    cache = mha.KVCache(max_len=max_len)
+    m(x[:, :3], cache=cache)
+    with pytest.raises(ValueError, match=r"\(1, 2, 1, 4\)"):
+        m(x[:, 3:4], cache=cache, mask=torch.ones(1, 3))  # forgot the new token's column
+    with pytest.raises(ValueError, match=r"values other than 0 and 1"):  # values, too, before the cache changes
+        m(x[:, 3:4], cache=cache, mask=torch.tensor([1, 1, 1, 2]))
     assert len(cache) == 3
+    y, w = m(x[:, 3:4], cache=cache)
+    assert w.shape == (1, 2, 1, 4)
+    torch.testing.assert_close(y, m(x[:, :4])[0][:, 3:], rtol=0, atol=1e-6)
 
 
 @pytest.mark.parametrize("max_len, error, message", [
@@ -139,12 +161,58 @@ def test_repr_and_len():
     assert repr(prealloc) == "KVCache(len=3, max_len=32, k_shape=(1, 4, 3, 4), nbytes=4096)"  # 2 x 1*4*32*4 floats
 
 
-@pytest.mark.parametrize("max_len", [None, 8])
-def test_a_mask_with_bad_values_leaves_the_cache_alone(max_len):
-    # The mask's values are checked before the cache changes, like its shape.
-    m = mha.MultiHeadAttention(8, 2).eval()
+# -- misuse of a cache (issue 17): each gets a clear error or the right answer, in both modes ------------------
+
+
+@MODES
+def test_a_cache_shared_by_two_layers_raises_and_stores_nothing(max_len):
+    first, second = mha.MultiHeadAttention(16, 4).eval(), mha.MultiHeadAttention(16, 4).eval()
+    x = torch.randn(2, 3, 16)
     cache = mha.KVCache(max_len=max_len)
-    m(torch.randn(1, 3, 8), cache=cache)
-    with pytest.raises(ValueError, match=r"values other than 0 and 1"):
-        m(torch.randn(1, 1, 8), cache=cache, mask=torch.tensor([1, 1, 1, 2]))
-    assert len(cache) == 3
+    first(x, cache=cache)
+    k = cache.k.clone()
+    with pytest.raises(ValueError, match=r"holds the keys of another layer, MultiHeadAttention\(d_model=16, h=4"):
+        second(x[:, :1], cache=cache)  # same shapes: without the check it would silently append its keys
+    assert len(cache) == 3 and torch.equal(cache.k, k)
+    cache.reset()  # reset and reuse: the cache is free for any layer, and right
+    y, _ = second(x, cache=cache)
+    torch.testing.assert_close(y, second(x)[0], rtol=0, atol=1e-6)
+
+
+@MODES
+def test_reset_and_reuse_gives_a_fresh_cache(max_len):
+    m = mha.MultiHeadAttention(16, 4, n_kv_heads=2).eval()
+    cache = mha.KVCache(max_len=max_len)
+    m(torch.randn(2, 5, 16), cache=cache)
+    cache.reset()
+    assert len(cache) == 0 and cache.k is None and cache.nbytes == 0
+    x = torch.randn(3, 6, 16)  # another batch, another length
+    steps = [m(x[:, t : t + 1], cache=cache)[0] for t in range(6)]
+    torch.testing.assert_close(torch.cat(steps, 1), m(x)[0], rtol=0, atol=1e-6)
+
+
+@MODES
+@pytest.mark.parametrize("need_weights", [True, False])
+def test_gradients_through_the_cache_equal_those_of_one_causal_call(max_len, need_weights):
+    # Training through a cache (or a loss on generated tokens): every step's backward pass needs the keys as
+    # that step saw them, although a preallocated cache writes the next ones into the same buffers.
+    m = mha.MultiHeadAttention(16, 4, n_kv_heads=2, dtype=torch.float64)
+    x = torch.randn(2, 7, 16, dtype=torch.float64, requires_grad=True)
+    weights = torch.randn(2, 7, 16, dtype=torch.float64)
+    params = [x, *m.parameters()]
+    full = torch.autograd.grad((m(x)[0] * weights).sum(), params)
+    cache = mha.KVCache(max_len=max_len)
+    steps = [m(x[:, t : t + 2], cache=cache, need_weights=need_weights)[0] for t in range(0, 7, 2)]
+    stepped = torch.autograd.grad((torch.cat(steps, 1) * weights).sum(), params)
+    for a, b in zip(stepped, full):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
+
+
+@MODES
+def test_update_takes_keys_and_values_of_one_shape(max_len):
+    cache = mha.KVCache(max_len=max_len)
+    with pytest.raises(ValueError, match=r"one shape \(B, n_kv_heads, T_new, d_k\), got k \(1, 2, 3, 4\) and v \(1, 2"):
+        cache.update(torch.randn(1, 2, 3, 4), torch.randn(1, 2, 3))
+    with pytest.raises(TypeError, match=r"k must be a torch.Tensor, got list"):
+        cache.update([0.0], torch.randn(1, 2, 3, 4))
+    assert len(cache) == 0

@@ -428,3 +428,45 @@ def test_C14_gradients_of_a_loss_on_the_real_tokens_stay_finite():
     y.sum().backward()
     assert torch.isfinite(y).all() and torch.isfinite(x.grad).all() and torch.isfinite(context.grad).all()
     assert torch.isfinite(m.out.weight.grad).all() and torch.isfinite(m.qkv.weight.grad[:16]).all()  # W_O, W_Q
+
+
+@pytest.mark.parametrize("max_len", [None, 16], ids=["growing", "preallocated"])
+@pytest.mark.parametrize("as_list", [True, False], ids=["list", "tensor"])
+def test_C18_reordering_the_cache_for_beam_search_equals_recomputing(max_len, as_list):
+    m = mha.MultiHeadAttention(16, 4, n_kv_heads=2, dtype=torch.float64).eval()
+    prefix = torch.randn(3, 4, 16, dtype=torch.float64)  # three beams, four tokens each
+    cache = mha.KVCache(max_len=max_len)
+    with torch.no_grad():
+        for t in range(4):
+            m(prefix[:, t : t + 1], cache=cache)
+        beams = [2, 0, 0]  # new beams 0, 1, 2 continue old beams 2, 0, 0
+        cache.reorder(beams if as_list else torch.tensor(beams))
+        tokens = torch.randn(3, 2, 16, dtype=torch.float64)
+        steps = [m(tokens[:, t : t + 1], cache=cache)[0] for t in range(2)]
+        recomputed, _ = m(torch.cat([prefix[beams], tokens], dim=1))  # the reordered prefixes, from scratch
+    torch.testing.assert_close(torch.cat(steps, 1), recomputed[:, 4:], rtol=0, atol=1e-12)
+    assert len(cache) == 6 and cache.k.shape == (3, 2, 6, 4)
+    # The old way round, assigning the rows, would be ignored by a preallocated cache: it is refused in both.
+    for name in ("k", "v", "max_len"):
+        with pytest.raises(AttributeError, match=rf"KVCache.{name} cannot be assigned.*cache.reorder\(beams\)"):
+            setattr(cache, name, getattr(cache, name))
+
+
+def test_C18_beams_may_change_the_batch_and_are_checked():
+    m = mha.MultiHeadAttention(8, 2).eval()
+    x = torch.randn(2, 3, 8)
+    for max_len in (None, 8):
+        cache = mha.KVCache(max_len=max_len)
+        m(x, cache=cache)
+        cache.reorder([1, 1, 0, 1])  # four beams out of two
+        y, _ = m(torch.zeros(4, 1, 8), cache=cache)
+        expected, _ = m(torch.cat([x[[1, 1, 0, 1]], torch.zeros(4, 1, 8)], 1))
+        torch.testing.assert_close(y, expected[:, 3:], rtol=0, atol=1e-6)
+        for beams, error, message in (([0, 4], ValueError, r"\[0, B=4\), got \[0, 4\]"),
+                                      (torch.tensor([[0, 1]]), ValueError, r"1-D \(new batch,\), got shape \(1, 2\)"),
+                                      ([0.0], TypeError, r"batch row indices \(ints\), got \[0.0\]"),
+                                      (torch.tensor([1.0]), TypeError, r"integer tensor")):
+            with pytest.raises(error, match=message):
+                cache.reorder(beams)
+        assert cache.k.size(0) == 4
+    mha.KVCache().reorder([2, 0])  # an empty cache has nothing to reorder
