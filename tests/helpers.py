@@ -8,9 +8,10 @@ import mha
 TOL = {torch.float64: dict(rtol=0, atol=1e-10), torch.float32: dict(rtol=0, atol=1e-5)}
 
 
-def assert_close(actual, expected, dtype=None):
-    dtype = dtype or actual.dtype
-    torch.testing.assert_close(actual, expected, **TOL[dtype])
+def assert_close(actual, expected, dtype=None, atol=None):
+    """``torch.testing.assert_close`` with no relative tolerance: within ``atol``, or within TOL of the dtype."""
+    tol = TOL[dtype or actual.dtype] if atol is None else dict(rtol=0, atol=atol)
+    torch.testing.assert_close(actual, expected, **tol)
 
 
 def torch_reference(m, x, context=None, keep=None):

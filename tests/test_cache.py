@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from helpers import assert_close
 
 import mha
 
@@ -36,8 +37,8 @@ def test_incremental_decoding_equals_one_causal_call(n_kv_heads, need_weights, c
         y, w = m(x[:, i : i + chunk], cache=cache, need_weights=need_weights)
         parts.append(y)
         if need_weights:  # the new rows of the weights table, against every cached key
-            torch.testing.assert_close(w, w_full[:, :, i : i + chunk, : i + chunk], rtol=0, atol=1e-5)
-    torch.testing.assert_close(torch.cat(parts, dim=1), full, rtol=0, atol=1e-5)
+            assert_close(w, w_full[:, :, i : i + chunk, : i + chunk], atol=1e-5)
+    assert_close(torch.cat(parts, dim=1), full, atol=1e-5)
     assert len(cache) == 10
 
 
@@ -62,7 +63,7 @@ def test_cache_with_padding_mask_over_all_positions():
     full, _ = m(x, mask=keep)
     cache = mha.KVCache()
     steps = [m(x[:, t : t + 1], cache=cache, mask=keep[..., : t + 1])[0] for t in range(6)]
-    torch.testing.assert_close(torch.cat(steps, 1), full, rtol=0, atol=1e-5)
+    assert_close(torch.cat(steps, 1), full, atol=1e-5)
 
 
 def test_preallocated_cache_writes_each_step_in_place():
@@ -82,8 +83,8 @@ def test_preallocated_cache_writes_each_step_in_place():
     # The same keys and values as a growing cache.
     grown = mha.KVCache()
     m(x, cache=grown)
-    torch.testing.assert_close(cache.k, grown.k, rtol=0, atol=1e-6)
-    torch.testing.assert_close(cache.v, grown.v, rtol=0, atol=1e-6)
+    assert_close(cache.k, grown.k, atol=1e-6)
+    assert_close(cache.v, grown.v, atol=1e-6)
 
 
 def test_going_past_max_len_raises_naming_both_numbers_and_stores_nothing():
@@ -99,7 +100,7 @@ def test_going_past_max_len_raises_naming_both_numbers_and_stores_nothing():
         m(x[:, 4:6], cache=cache)
     assert len(cache) == 4 and torch.equal(cache.k, k)
     y, _ = m(x[:, 4:5], cache=cache)  # exactly max_len fits
-    torch.testing.assert_close(y, m(x[:, :5])[0][:, 4:], rtol=0, atol=1e-6)
+    assert_close(y, m(x[:, :5])[0][:, 4:], atol=1e-6)
     with pytest.raises(ValueError, match=r"make 6, past the cache's max_len=5"):
         m(x[:, 5:6], cache=cache)
     cache.reset()  # frees the buffers; the next update allocates again, for any batch
@@ -136,7 +137,7 @@ def test_a_call_that_raises_leaves_the_cache_alone(max_len):
     assert len(cache) == 3
     y, w = m(x[:, 3:4], cache=cache)
     assert w.shape == (1, 2, 1, 4)
-    torch.testing.assert_close(y, m(x[:, :4])[0][:, 3:], rtol=0, atol=1e-6)
+    assert_close(y, m(x[:, :4])[0][:, 3:], atol=1e-6)
 
 
 @pytest.mark.parametrize("max_len, error, message", [
@@ -176,7 +177,7 @@ def test_a_cache_shared_by_two_layers_raises_and_stores_nothing(max_len):
     assert len(cache) == 3 and torch.equal(cache.k, k)
     cache.reset()  # reset and reuse: the cache is free for any layer, and right
     y, _ = second(x, cache=cache)
-    torch.testing.assert_close(y, second(x)[0], rtol=0, atol=1e-6)
+    assert_close(y, second(x)[0], atol=1e-6)
 
 
 @MODES
@@ -188,7 +189,7 @@ def test_reset_and_reuse_gives_a_fresh_cache(max_len):
     assert len(cache) == 0 and cache.k is None and cache.nbytes == 0
     x = torch.randn(3, 6, 16)  # another batch, another length
     steps = [m(x[:, t : t + 1], cache=cache)[0] for t in range(6)]
-    torch.testing.assert_close(torch.cat(steps, 1), m(x)[0], rtol=0, atol=1e-6)
+    assert_close(torch.cat(steps, 1), m(x)[0], atol=1e-6)
 
 
 @MODES
@@ -205,7 +206,7 @@ def test_gradients_through_the_cache_equal_those_of_one_causal_call(max_len, nee
     steps = [m(x[:, t : t + 2], cache=cache, need_weights=need_weights)[0] for t in range(0, 7, 2)]
     stepped = torch.autograd.grad((torch.cat(steps, 1) * weights).sum(), params)
     for a, b in zip(stepped, full):
-        torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
+        assert_close(a, b, atol=1e-12)
 
 
 @MODES

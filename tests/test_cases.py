@@ -22,15 +22,15 @@ def test_C1_tril_mask_is_converted_for_nn_multiheadattention():
     # The fix: the interop helper converts the convention.
     y, w = m(x, mask=tril, causal=False)
     y_ref, w_ref = mha.to_torch(m)(x, x, x, attn_mask=mha.to_torch_attn_mask(tril), average_attn_weights=False)
-    torch.testing.assert_close(y, y_ref, rtol=0, atol=1e-6)
-    torch.testing.assert_close(w, w_ref, rtol=0, atol=1e-6)
+    assert_close(y, y_ref, atol=1e-6)
+    assert_close(w, w_ref, atol=1e-6)
     assert w[0, :, 0].tolist() == [[1.0, 0.0, 0.0, 0.0]] * 2
     # Per-head / per-sample masks convert too, to PyTorch's (B*h, T, S) layout.
     keep = torch.rand(1, 2, 4, 4) > 0.3
     keep[..., 0] = True
     y, w = m(x, mask=keep, causal=False)
     y_ref, w_ref = torch_reference(m, x, keep=keep)
-    torch.testing.assert_close(w, w_ref, rtol=0, atol=1e-6)
+    assert_close(w, w_ref, atol=1e-6)
 
 
 def test_C2_float_01_mask_blocks_and_additive_mask_raises():
@@ -60,9 +60,9 @@ def test_C3_bool_mask_agrees_with_pytorch_sdpa():
     expected = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     for need_weights in (True, False):
         out, _ = mha.scaled_dot_product_attention(q, k, v, tril, need_weights=need_weights)
-        torch.testing.assert_close(out, expected, rtol=0, atol=1e-6)
+        assert_close(out, expected, atol=1e-6)
         out, _ = mha.scaled_dot_product_attention(q, k, v, is_causal=True, need_weights=need_weights)
-        torch.testing.assert_close(out, expected, rtol=0, atol=1e-6)
+        assert_close(out, expected, atol=1e-6)
 
 
 @pytest.mark.parametrize("train", [False, True])
@@ -86,8 +86,8 @@ def test_C4_fully_masked_sample_poisons_nothing(train):
         results.append(y)
     if not train:
         alone, _ = m(x[:1])
-        torch.testing.assert_close(results[0][:1], alone, rtol=0, atol=1e-6)
-        torch.testing.assert_close(results[1], results[0], rtol=0, atol=1e-6)
+        assert_close(results[0][:1], alone, atol=1e-6)
+        assert_close(results[1], results[0], atol=1e-6)
 
 
 def test_C4_fully_masked_head_in_function():
@@ -98,7 +98,7 @@ def test_C4_fully_masked_head_in_function():
         out, _ = mha.scaled_dot_product_attention(q, q, q, keep, need_weights=need_weights)
         assert torch.isfinite(out).all() and torch.equal(out[1, 0], torch.zeros(4, 3))
         alone, _ = mha.scaled_dot_product_attention(q[0], q[0], q[0])
-        torch.testing.assert_close(out[0], alone, rtol=0, atol=1e-6)
+        assert_close(out[0], alone, atol=1e-6)
 
 
 def test_C5_causal_with_fewer_queries_is_bottom_right():
@@ -107,7 +107,7 @@ def test_C5_causal_with_fewer_queries_is_bottom_right():
     unmasked, _ = mha.scaled_dot_product_attention(q, k, v)
     for need_weights in (True, False):
         out, _ = mha.scaled_dot_product_attention(q, k, v, is_causal=True, need_weights=need_weights)
-        torch.testing.assert_close(out, unmasked, rtol=0, atol=1e-6)
+        assert_close(out, unmasked, atol=1e-6)
     assert mha.causal_mask(2, 5).int().tolist() == [[1, 1, 1, 1, 0], [1, 1, 1, 1, 1]]
     _, w = mha.scaled_dot_product_attention(torch.randn(1, 2, 4), k[0], v[0], is_causal=True)
     assert (w[0] > 0).int().tolist() == [[1, 1, 1, 1, 0], [1, 1, 1, 1, 1]]
@@ -124,7 +124,7 @@ def test_C6_heads_are_merged_in_the_right_order():
     m = mha.MultiHeadAttention(12, 4).double()
     x = torch.randn(2, 5, 12, dtype=torch.float64)
     y_ref, _ = torch_reference(m, x, keep=mha.causal_mask(5))
-    torch.testing.assert_close(m(x)[0], y_ref, rtol=0, atol=1e-12)
+    assert_close(m(x)[0], y_ref, atol=1e-12)
 
 
 def test_C7_width_not_divisible_by_heads():
@@ -140,9 +140,15 @@ def test_C8_dropout_is_off_in_eval(need_weights, n_kv_heads):
     a = m(x, need_weights=need_weights)[0]
     b = m(x, need_weights=need_weights)[0]
     assert torch.equal(a, b)
-    # And the same via a cache, and for cross-attention.
-    assert torch.equal(m(x, torch.randn(2, 3, 16).mul(0), need_weights=need_weights)[0],
-                       m(x, torch.zeros(2, 3, 16), need_weights=need_weights)[0])
+    # And the same through a cache (both kinds), and for cross-attention.
+    def decode(max_len):
+        cache = mha.KVCache(max_len=max_len)
+        return torch.cat([m(x[:, t : t + 1], cache=cache, need_weights=need_weights)[0] for t in range(5)], 1)
+
+    for max_len in (None, 5):
+        assert torch.equal(decode(max_len), decode(max_len))
+    context = torch.randn(2, 3, 16)
+    assert torch.equal(m(x, context, need_weights=need_weights)[0], m(x, context, need_weights=need_weights)[0])
 
 
 @pytest.mark.parametrize("dtype, tol", [(torch.float32, 1e-6), (torch.float64, 1e-12)])
@@ -157,8 +163,8 @@ def test_C9_weight_copy_round_trip(dtype, tol, bias):
     assert torch.equal(ref.in_proj_weight[:16], m.qkv.weight[:16])  # W_Q first, in (out, in) layout
     y_ref, w_ref = ref(x, x, x, attn_mask=mha.to_torch_attn_mask(mha.causal_mask(5)), average_attn_weights=False)
     y, w = back(x)
-    torch.testing.assert_close(y, y_ref, rtol=0, atol=tol)
-    torch.testing.assert_close(w, w_ref, rtol=0, atol=tol)
+    assert_close(y, y_ref, atol=tol)
+    assert_close(w, w_ref, atol=tol)
 
 
 def test_C9_wrong_layouts_are_really_wrong():
@@ -168,7 +174,7 @@ def test_C9_wrong_layouts_are_really_wrong():
     x = torch.randn(1, 4, 8, dtype=torch.float64)
     y_ref, _ = ref(x, x, x)
     m = mha.from_torch(ref)
-    torch.testing.assert_close(m(x, causal=False)[0], y_ref, rtol=0, atol=1e-12)
+    assert_close(m(x, causal=False)[0], y_ref, atol=1e-12)
     W_Q, W_K, W_V = ref.in_proj_weight.detach().chunk(3)
     for wrong in (torch.cat([W_K, W_Q, W_V]), torch.cat([W_Q.T, W_K.T, W_V.T])):
         with torch.no_grad():
@@ -198,32 +204,42 @@ def test_C10_compiled_layer_matches_eager(need_weights, dynamic, graphs):
         x = torch.randn(2, T, 16)
         y, w = f(x, need_weights=need_weights)
         y_ref, w_ref = m(x, need_weights=need_weights)
-        torch.testing.assert_close(y, y_ref, rtol=0, atol=1e-6)
+        assert_close(y, y_ref, atol=1e-6)
         if need_weights:
-            torch.testing.assert_close(w, w_ref, rtol=0, atol=1e-6)
+            assert_close(w, w_ref, atol=1e-6)
         else:
             assert w is None
     assert graphs.count == (1 if dynamic else 2)  # dynamic: one graph serves every length
 
 
+@pytest.mark.parametrize("max_len", [None, 32], ids=["growing", "preallocated"])
 @pytest.mark.parametrize("need_weights, n_kv_heads", [(True, None), (False, None), (False, 2)])
-def test_C10_compiled_decode_loop_with_kv_cache(need_weights, n_kv_heads, graphs):
+def test_C10_compiled_decode_loop_with_kv_cache(need_weights, n_kv_heads, max_len, graphs):
     m = mha.MultiHeadAttention(16, 4, n_kv_heads=n_kv_heads).eval()
-    steps = 17
+    steps = 32
     x = torch.randn(2, steps, 16)
     full, w_full = m(x)
     step = torch.compile(m, backend=graphs, fullgraph=True)
-    cache = mha.KVCache()
-    ys = []
+    cache = mha.KVCache(max_len=max_len)
+    ys, counts = [], []
     for t in range(steps):
         y, w = step(x[:, t : t + 1], cache=cache, need_weights=need_weights)
         ys.append(y)
         if need_weights:  # the new token's row of the full causal table
-            torch.testing.assert_close(w, w_full[:, :, t : t + 1, : t + 1], rtol=0, atol=1e-6)
-    torch.testing.assert_close(torch.cat(ys, dim=1), full, rtol=0, atol=1e-6)
+            assert_close(w, w_full[:, :, t : t + 1, : t + 1], atol=1e-6)
+        counts.append(graphs.count)
+    assert_close(torch.cat(ys, dim=1), full, atol=1e-6)
     assert len(cache) == steps
-    # An empty cache, a one-token cache, then one graph for every longer cache: no recompiling per step.
-    assert graphs.count <= 3
+    # The cache's length is Python state (its keys' size), so each new length first looks like a new input.
+    # Sizes 0 and 1 are always specialised; from the third step on dynamo treats the length as symbolic and one
+    # graph serves every step: an empty cache, one cached position, any longer. No recompiling per step.
+    if max_len is None:
+        assert counts[-1] <= 3
+    else:  # the first step also allocates the buffers
+        assert counts[:3] == [1, 2, 3] and counts[3:-1] == [3] * (steps - 4)
+        # One exception: the step that fills the buffers to max_len attends over all of them, which is
+        # contiguous, and PyTorch guards on that (the explicit path on torch 2.13; both paths on torch 2.6).
+        assert counts[-1] <= 4
 
 
 @pytest.mark.parametrize("need_weights", [True, False])
@@ -265,7 +281,7 @@ def test_C11_function_accepts_what_autocast_produces(need_weights):
         out, _ = mha.scaled_dot_product_attention(q, k, v, is_causal=True, need_weights=need_weights)
         expected = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     assert out.dtype == expected.dtype == torch.bfloat16
-    torch.testing.assert_close(out.float(), expected.float(), rtol=0, atol=2e-2)
+    assert_close(out.float(), expected.float(), atol=2e-2)
     with pytest.raises(TypeError, match=r"share a dtype.*torch.autocast"):
         mha.scaled_dot_product_attention(q, k, v, need_weights=need_weights)
 
@@ -392,9 +408,9 @@ def test_C14_nan_in_padded_rows_of_x_leaves_the_real_tokens_alone(causal, need_w
     assert torch.isfinite(y[0]).all() and torch.isfinite(y[1, :4]).all()
     for b, n in enumerate(lengths):  # each sample as if it had never been padded
         alone, w_alone = m(x[b : b + 1, :n], causal=causal)
-        torch.testing.assert_close(y[b, :n], alone[0], rtol=0, atol=1e-12)
+        assert_close(y[b, :n], alone[0], atol=1e-12)
         if need_weights:
-            torch.testing.assert_close(w[b, :, :n, :n], w_alone[0], rtol=0, atol=1e-12)
+            assert_close(w[b, :, :n, :n], w_alone[0], atol=1e-12)
             assert not w[b, :, :n, n:].any()  # padding keys get exactly zero weight from real queries
 
 
@@ -416,7 +432,7 @@ def test_C14_gradients_of_a_loss_on_the_real_tokens_stay_finite():
         assert torch.isfinite(x.grad).all() and x.grad[1, 4:].abs().max() == 0
         part = x.detach()[1:, :4].clone().requires_grad_()
         m(part)[0].sum().backward()
-        torch.testing.assert_close(x.grad[1, :4], part.grad[0], rtol=0, atol=1e-12)
+        assert_close(x.grad[1, :4], part.grad[0], atol=1e-12)
     # Cross-attention: NaN in the padded rows of the context (an encoder's output) stays out of every gradient
     # but W_K's and W_V's, which multiply those rows (nn.Linear's weight gradient: 0 * NaN).
     m.zero_grad()
@@ -444,7 +460,7 @@ def test_C18_reordering_the_cache_for_beam_search_equals_recomputing(max_len, as
         tokens = torch.randn(3, 2, 16, dtype=torch.float64)
         steps = [m(tokens[:, t : t + 1], cache=cache)[0] for t in range(2)]
         recomputed, _ = m(torch.cat([prefix[beams], tokens], dim=1))  # the reordered prefixes, from scratch
-    torch.testing.assert_close(torch.cat(steps, 1), recomputed[:, 4:], rtol=0, atol=1e-12)
+    assert_close(torch.cat(steps, 1), recomputed[:, 4:], atol=1e-12)
     assert len(cache) == 6 and cache.k.shape == (3, 2, 6, 4)
     # The old way round, assigning the rows, would be ignored by a preallocated cache: it is refused in both.
     for name in ("k", "v", "max_len"):
@@ -461,7 +477,7 @@ def test_C18_beams_may_change_the_batch_and_are_checked():
         cache.reorder([1, 1, 0, 1])  # four beams out of two
         y, _ = m(torch.zeros(4, 1, 8), cache=cache)
         expected, _ = m(torch.cat([x[[1, 1, 0, 1]], torch.zeros(4, 1, 8)], 1))
-        torch.testing.assert_close(y, expected[:, 3:], rtol=0, atol=1e-6)
+        assert_close(y, expected[:, 3:], atol=1e-6)
         for beams, error, message in (([0, 4], ValueError, r"\[0, B=4\), got \[0, 4\]"),
                                       (torch.tensor([[0, 1]]), ValueError, r"1-D \(new batch,\), got shape \(1, 2\)"),
                                       ([0.0], TypeError, r"batch row indices \(ints\), got \[0.0\]"),

@@ -1,5 +1,7 @@
 """The layer where PyTorch code goes: torch.compile, torch.export and torch.jit.trace (issue 12, case C10).
 
+The compiled layer and the compiled decoding loop of case C10 itself are tests/test_cases.py's test_C10_*.
+
 Each recorded graph is run at lengths other than the one it was recorded at, and compared with eager.
 Most tests compile with a counting backend that runs the graph as captured (like backend="eager"):
 capturing is where symbolic lengths bite, and it is cheap. One test runs inductor, on the fused path only
@@ -10,6 +12,7 @@ import shutil
 
 import pytest
 import torch
+from helpers import assert_close
 from torch import nn
 from torch.export import Dim, export
 
@@ -37,7 +40,7 @@ def inputs(T, masked):
 def assert_all_close(actual, expected):
     assert len(actual) == len(expected)
     for a, e in zip(actual, expected):
-        torch.testing.assert_close(a, e, rtol=0, atol=1e-6)
+        assert_close(a, e, atol=1e-6)
 
 
 @pytest.mark.parametrize("masked", [False, True], ids=["causal", "causal+padding"])
@@ -66,32 +69,6 @@ def test_compile_dynamic_cross_attention_with_mask(need_weights, graphs):
     assert graphs.count == 1
 
 
-@pytest.mark.parametrize("need_weights, n_kv_heads", [(False, None), (False, 2), (True, None)])
-def test_compiled_decode_step_with_a_preallocated_cache_stops_recompiling(need_weights, n_kv_heads, graphs):
-    # The cache's length is Python state (its keys' size), so each new length first looks like a new input.
-    # Sizes 0 and 1 are always specialised; from the third step on dynamo treats the length as symbolic and
-    # one graph serves every step: 3 graphs for 32 steps, none after the warm-up.
-    m = mha.MultiHeadAttention(16, 4, n_kv_heads=n_kv_heads).eval()
-    steps = 32
-    x = torch.randn(2, steps, 16)
-    step = torch.compile(m, backend=graphs, fullgraph=True)
-    cache, eager_cache = mha.KVCache(max_len=steps), mha.KVCache(max_len=steps)
-    counts = []
-    for t in range(steps):
-        y, w = step(x[:, t : t + 1], cache=cache, need_weights=need_weights)
-        y_ref, w_ref = m(x[:, t : t + 1], cache=eager_cache, need_weights=need_weights)
-        torch.testing.assert_close(y, y_ref, rtol=0, atol=1e-6)
-        if need_weights:
-            torch.testing.assert_close(w, w_ref, rtol=0, atol=1e-6)
-        counts.append(graphs.count)
-    assert counts[:3] == [1, 2, 3]  # warm-up: empty cache (allocates), one cached position, any longer
-    # No recompiling after it, with one exception: the step that fills the buffers to max_len attends over the
-    # whole buffer, which is contiguous, and PyTorch guards on that (the explicit path on torch 2.13; both paths
-    # on torch 2.6). So: at most one more graph, on that last step only.
-    assert counts[3:-1] == [3] * (steps - 4) and counts[-1] <= 4
-    assert len(cache) == steps and torch.equal(cache.k, eager_cache.k)  # the compiled steps wrote the buffers
-
-
 @pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning", "ignore::DeprecationWarning")
 @pytest.mark.parametrize("need_weights", [True, False])
 def test_jit_trace_runs_at_other_lengths(need_weights):
@@ -113,5 +90,5 @@ def test_inductor_fused_path():
     x = torch.randn(2, 7, 16)
     y, w = f(x, need_weights=False)
     assert w is None
-    torch.testing.assert_close(y, m(x, need_weights=False)[0], rtol=0, atol=1e-6)
+    assert_close(y, m(x, need_weights=False)[0], atol=1e-6)
     torch.compiler.reset()

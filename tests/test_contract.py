@@ -4,6 +4,7 @@ import inspect
 
 import pytest
 import torch
+from helpers import assert_close
 from torch import nn
 
 import mha
@@ -62,7 +63,7 @@ def test_rows_sum_to_one_without_dropout():
     q, k, v = torch.randn(3, 2, 5, 4), torch.randn(3, 2, 7, 4), torch.randn(3, 2, 7, 6)
     out, w = mha.scaled_dot_product_attention(q, k, v)
     assert out.shape == (3, 2, 5, 6) and w.shape == (3, 2, 5, 7)
-    torch.testing.assert_close(w.sum(-1), torch.ones(3, 2, 5))
+    assert_close(w.sum(-1), torch.ones(3, 2, 5))
 
 
 def test_default_scale_is_inverse_sqrt_dk():
@@ -71,8 +72,8 @@ def test_default_scale_is_inverse_sqrt_dk():
     )
     _, w_default = mha.scaled_dot_product_attention(q, k, v)
     _, w_explicit = mha.scaled_dot_product_attention(q, k, v, scale=0.25)
-    torch.testing.assert_close(w_default, w_explicit, rtol=0, atol=1e-15)
-    torch.testing.assert_close(w_default, torch.softmax(q @ k.mT / 4, -1), rtol=0, atol=1e-14)
+    assert_close(w_default, w_explicit, atol=1e-15)
+    assert_close(w_default, torch.softmax(q @ k.mT / 4, -1), atol=1e-14)
 
 
 @pytest.mark.parametrize("dtype", [torch.bool, torch.int64, torch.uint8, torch.float32, torch.float64])

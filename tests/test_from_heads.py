@@ -70,9 +70,9 @@ def test_a_layer_of_all_heads_equals_the_original(n_kv_heads, bias):
     for args, kwargs in (((x,), {}), ((x, context), {"mask": keep}), ((x,), {"need_weights": False})):
         y, w = m(*args, **kwargs)
         y_copy, w_copy = copy(*args, **kwargs)
-        torch.testing.assert_close(y_copy, y, rtol=0, atol=1e-12)
+        assert_close(y_copy, y, atol=1e-12)
         if w is not None:
-            torch.testing.assert_close(w_copy, w, rtol=0, atol=1e-12)
+            assert_close(w_copy, w, atol=1e-12)
 
 
 PARTITIONS = [  # (h, n_kv_heads, partition of the query heads)
@@ -100,8 +100,8 @@ def test_partial_outputs_sum_to_the_full_layer(h, n_kv_heads, parts, need_weight
         y_part, w_part = part(x, mask=keep, need_weights=need_weights)
         total = total + y_part
         if need_weights:  # its head i is the layer's head heads[i]
-            torch.testing.assert_close(w_part, w[:, list(heads)], rtol=0, atol=1e-12)
-    torch.testing.assert_close(total, y, rtol=0, atol=1e-12)
+            assert_close(w_part, w[:, list(heads)], atol=1e-12)
+    assert_close(total, y, atol=1e-12)
 
 
 def test_from_heads_keeps_dtype_dropout_training_and_frozen_parameters():

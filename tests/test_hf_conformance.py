@@ -13,6 +13,7 @@ mha's own converters.
 
 import pytest
 import torch
+from helpers import assert_close
 
 import mha
 
@@ -45,9 +46,9 @@ def randomize(module):
 
 
 def assert_conforms(y, w, y_ref, w_ref, tol):
-    torch.testing.assert_close(y, y_ref, rtol=0, atol=tol)
+    assert_close(y, y_ref, atol=tol)
     assert w.shape == w_ref.shape  # (B, h, T, S): one table per head, not averaged
-    torch.testing.assert_close(w, w_ref, rtol=0, atol=tol)
+    assert_close(w, w_ref, atol=tol)
 
 
 @pytest.mark.parametrize("padded", [False, True], ids=["causal", "causal+padding"])

@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from helpers import assert_close
 from torch import nn
 
 import mha
@@ -19,8 +20,8 @@ def test_from_torch_copies_exactly(batch_first, bias):
     y_ref, w_ref = ref(xs, xs, xs, average_attn_weights=False)
     y_ref = y_ref if batch_first else y_ref.transpose(0, 1)
     y, w = m(x, causal=False)
-    torch.testing.assert_close(y, y_ref, rtol=0, atol=1e-12)
-    torch.testing.assert_close(w, w_ref, rtol=0, atol=1e-12)
+    assert_close(y, y_ref, atol=1e-12)
+    assert_close(w, w_ref, atol=1e-12)
 
 
 def test_to_torch_is_batch_first_and_keeps_dropout():
@@ -46,7 +47,7 @@ def test_additive_mask_means_the_same_in_pytorch_sdpa():
     assert set(additive.unique().tolist()) <= {0.0, float("-inf")}
     expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=additive)
     out, _ = mha.scaled_dot_product_attention(q, k, v, keep)
-    torch.testing.assert_close(out, expected, rtol=0, atol=1e-6)
+    assert_close(out, expected, atol=1e-6)
 
 
 def test_frozen_parameters_stay_frozen():

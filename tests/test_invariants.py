@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from helpers import assert_close
 
 import mha
 
@@ -64,7 +65,7 @@ def test_batch_independence_cross_attention():
     c2 = c.clone()
     c2[0] += 1
     y2, _ = m(x, c2)
-    torch.testing.assert_close(y2[1:], y[1:], rtol=0, atol=1e-6)
+    assert_close(y2[1:], y[1:], atol=1e-6)
     assert not torch.allclose(y2[0], y[0])
 
 
@@ -78,7 +79,7 @@ def test_padded_sample_equals_running_it_alone(path, causal):
     y = PATHS[path](m, x, mask=keep, causal=causal)
     for b, n in enumerate(lengths):
         alone = PATHS[path](m, x[b : b + 1, :n], causal=causal)
-        torch.testing.assert_close(y[b : b + 1, :n], alone, rtol=0, atol=1e-12)
+        assert_close(y[b : b + 1, :n], alone, atol=1e-12)
 
 
 def test_padding_gets_no_weight():
@@ -116,4 +117,4 @@ def test_fused_path_applies_dropout_in_training_only():
     y_eval = m(x, need_weights=False)[0]
     m.train()
     mean = torch.stack([m(x, need_weights=False)[0] for _ in range(400)]).mean(0)
-    torch.testing.assert_close(mean, y_eval, rtol=0, atol=0.15)  # dropout keeps the expectation
+    assert_close(mean, y_eval, atol=0.15)  # dropout keeps the expectation

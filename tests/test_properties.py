@@ -9,7 +9,7 @@ F.scaled_dot_product_attention: 1e-10 in float64, 1e-5 in float32.
 
 import pytest
 import torch
-from helpers import TOL, sdpa_reference, torch_reference
+from helpers import assert_close, sdpa_reference, torch_reference
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -65,15 +65,14 @@ def test_module_matches_pytorch(case):
     y_fused, _ = m(x, context, causal=causal, mask=keep, need_weights=False)
     y_ref, w_ref = torch_reference(m, x, context, intent)
     y_sdpa = sdpa_reference(m, x, context, intent)
-    tol = TOL[dtype]
 
-    torch.testing.assert_close(w[has_key], w_ref[has_key], **tol)
+    assert_close(w[has_key], w_ref[has_key])
     assert torch.equal(w[~has_key], torch.zeros_like(w[~has_key]))
     for ours in (y, y_fused):
-        torch.testing.assert_close(ours[row_ok], y_ref[row_ok], **tol)
-        torch.testing.assert_close(ours[row_ok], y_sdpa[row_ok], **tol)
+        assert_close(ours[row_ok], y_ref[row_ok])
+        assert_close(ours[row_ok], y_sdpa[row_ok])
         assert torch.isfinite(ours).all()
-    torch.testing.assert_close(y_fused, y, **tol)
+    assert_close(y_fused, y)
 
 
 @settings(max_examples=150)
@@ -115,9 +114,9 @@ def test_grouped_query_matches_expanded_heads(case, g_seed):
     y_ref, w_ref = plain(x, mask=keep, causal=case["causal"])
     for need_weights in (True, False):
         y, w = gqa(x, mask=keep, causal=case["causal"], need_weights=need_weights)
-        torch.testing.assert_close(y, y_ref, rtol=0, atol=1e-10)
+        assert_close(y, y_ref, atol=1e-10)
         if need_weights:
-            torch.testing.assert_close(w, w_ref, rtol=0, atol=1e-10)
+            assert_close(w, w_ref, atol=1e-10)
 
 
 @given(st.lists(st.lists(st.sampled_from([0, 1, 2, 3]), max_size=4), min_size=1, max_size=4))

@@ -60,6 +60,6 @@ def test_gqa_routes_agree(monkeypatch):
     repeated, _ = mha.scaled_dot_product_attention(
         q, k.repeat_interleave(3, 1), v.repeat_interleave(3, 1), keep
     )
-    torch.testing.assert_close(native, expanded, rtol=0, atol=1e-6)
-    torch.testing.assert_close(explicit, repeated, rtol=0, atol=1e-6)
-    torch.testing.assert_close(native, explicit, rtol=0, atol=1e-5)
+    assert_close(native, expanded, atol=1e-6)
+    assert_close(explicit, repeated, atol=1e-6)
+    assert_close(native, explicit, atol=1e-5)
