@@ -391,6 +391,19 @@ def chosen_heads(layer, heads, layer_type) -> tuple[list[int], list[int]]:
     return h_ids, kv_ids
 
 
+def checkpoint_heads(layer, saved: dict) -> None:
+    """Raise unless the head counts a state_dict recorded (if any: mha 0.2 recorded none) are the layer's."""
+    mine = {"h": layer.h, "n_kv_heads": layer.n_kv_heads, "d_k": layer.d_k}
+    theirs = {name: saved[name] for name in mine if name in saved}
+    if any(theirs[name] != mine[name] for name in theirs):
+        show = ", ".join(f"{name}={n}" for name, n in theirs.items())
+        raise ValueError(
+            f"this state_dict is from a layer with {show}, but this layer has "
+            f"{', '.join(f'{name}={mine[name]}' for name in theirs)}: the weights would load (their shapes can "
+            "match) and compute something else; make the layer with the checkpoint's sizes"
+        )
+
+
 # -- KVCache -----------------------------------------------------------------------------------------------
 
 

@@ -232,6 +232,21 @@ class MultiHeadAttention(nn.Module):
                 mine.requires_grad_(theirs.requires_grad)  # frozen stays frozen
         return new.train(layer.training)
 
+    # Every tensor of the layer has the same shape for any h (and n_kv_heads with d_k fixed), so a
+    # checkpoint of another head count would load without a word and compute something else (case C19).
+    # The head counts go in the state_dict's metadata, where nn.Module records each module's version:
+    # no new entry, so state_dicts keep exactly the keys of nn.Linear-based layers and of mha 0.2.
+
+    def _save_to_state_dict(self, destination, prefix, keep_vars):
+        super()._save_to_state_dict(destination, prefix, keep_vars)
+        metadata = getattr(destination, "_metadata", None)
+        if metadata is not None:
+            metadata.setdefault(prefix[:-1], {}).update(h=self.h, n_kv_heads=self.n_kv_heads, d_k=self.d_k)
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, *args, **kwargs):
+        checks.checkpoint_heads(self, local_metadata)  # before any of this layer's weights are copied
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, *args, **kwargs)
+
     def extra_repr(self) -> str:
         kv = f", n_kv_heads={self.n_kv_heads}" if self.n_kv_heads != self.h else ""
         return f"d_model={self.d_model}, h={self.h}, d_k={self.d_k}{kv}, dropout={self.dropout}"

@@ -3,6 +3,8 @@
 Each test is named after its case id and fixes the whole kind of fault.
 """
 
+import io
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -486,3 +488,54 @@ def test_C18_beams_may_change_the_batch_and_are_checked():
                 cache.reorder(beams)
         assert cache.k.size(0) == 4
     mha.KVCache().reorder([2, 0])  # an empty cache has nothing to reorder
+
+
+@pytest.mark.parametrize("saved, loading, names", [
+    ((32, 4, {}), (32, 8, {}), r"h=4, n_kv_heads=4, d_k=8, but this layer has h=8, n_kv_heads=8, d_k=4"),
+    ((32, 8, {"n_kv_heads": 4}), (32, 4, {"n_kv_heads": 2}), r"h=8, n_kv_heads=4, d_k=4, .* h=4, n_kv_heads=2, d_k=8"),
+    ((32, 4, {"d_k": 8}), (32, 2, {"d_k": 16}), r"h=4, n_kv_heads=4, d_k=8, .* h=2, n_kv_heads=2, d_k=16"),
+])
+def test_C19_a_checkpoint_of_another_head_count_is_refused(saved, loading, names):
+    source = mha.MultiHeadAttention(saved[0], saved[1], **saved[2])
+    target = mha.MultiHeadAttention(loading[0], loading[1], **loading[2])
+    assert [p.shape for p in source.parameters()] == [p.shape for p in target.parameters()]  # it would load
+    before = [p.clone() for p in target.parameters()]
+    state = source.state_dict()
+    buffer = io.BytesIO()
+    torch.save(state, buffer)  # the head counts survive saving and loading (torch.load's weights_only default)
+    buffer.seek(0)
+    for checkpoint in (state, torch.load(buffer)):
+        for strict in (True, False):
+            with pytest.raises(ValueError, match=names):
+                target.load_state_dict(checkpoint, strict=strict)
+    with pytest.raises(ValueError, match=names):  # inside a model too
+        nn.Sequential(target).load_state_dict(nn.Sequential(source).state_dict())
+    assert all(torch.equal(a, b) for a, b in zip(before, target.parameters()))  # nothing was copied
+
+
+def test_C19_the_same_sizes_and_0_2_checkpoints_load_and_keys_stay_as_they_were():
+    source, target = mha.MultiHeadAttention(32, 4), mha.MultiHeadAttention(32, 4)
+    state = source.state_dict()
+    assert list(state) == ["qkv.weight", "qkv.bias", "out.weight", "out.bias"]  # no new entry
+    target.load_state_dict(state)
+    x = torch.randn(2, 3, 32)
+    assert torch.equal(target(x)[0], source(x)[0])
+    # mha 0.2 recorded no head count: its checkpoints load as they always did, into any h.
+    old = mha.MultiHeadAttention(32, 8).state_dict()
+    for name in ("h", "n_kv_heads", "d_k"):
+        del old._metadata[""][name]
+    target.load_state_dict(old)
+    assert torch.equal(target.qkv.weight, old["qkv.weight"])
+    # A module with the same names (the benchmark's minimal layer, the article's class) loads ours, and ours its.
+    plain = nn.Module()
+    plain.qkv, plain.out = nn.Linear(32, 96), nn.Linear(32, 32)
+    plain.load_state_dict(source.state_dict())
+    target.load_state_dict(plain.state_dict())
+    assert torch.equal(target(x)[0], source(x)[0])
+    # strict=False keeps its meaning: missing and unexpected keys are reported, not raised.
+    result = target.load_state_dict({"qkv.weight": state["qkv.weight"], "extra": torch.ones(1)}, strict=False)
+    assert result.missing_keys == ["qkv.bias", "out.weight", "out.bias"] and result.unexpected_keys == ["extra"]
+    # And the weights still go to and from PyTorch's module.
+    back = mha.from_torch(mha.to_torch(source))
+    back.load_state_dict(source.state_dict())
+    assert torch.equal(back(x)[0], source(x)[0])
