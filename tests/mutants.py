@@ -96,7 +96,7 @@ MUTANTS = [
     ),
     Mutant(
         "inverted-mask", "inverted", "the keep-mask is read as True = blocked",
-        (("mha/checks.py", "keep = keep_mask(mask, device=q.device)",
+        (("mha/checks/attention.py", "keep = keep_mask(mask, device=q.device)",
           "keep = ~keep_mask(mask, device=q.device)"),),
                 (
             "tests/test_cases.py::test_C3_bool_mask_agrees_with_pytorch_sdpa",
