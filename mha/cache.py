@@ -34,7 +34,8 @@ class KVCache:
     gradients of the same loss on one causal call over the whole sequence.
 
     A cache serves one layer: the layer that first fills it owns it until
-    ``reset()``, and another layer passing it raises.
+    ``reset()``, and another layer passing it raises (in eager mode; a
+    ``torch.compile``d step does not record or check the owner).
 
     Attributes (read-only; ``reorder`` and ``reset`` change them):
         k, v: the cached keys and values, (B, n_kv_heads, S, d_k) with S =
@@ -105,7 +106,7 @@ class KVCache:
             TypeError: their dtype or device differs from the cache's.
         """
         checks.cache_update(self, k, v, layer)
-        if layer is not None:
+        if layer is not None and not torch.compiler.is_compiling():  # (a compiled step leaves it to eager calls)
             self._layer = layer
         if self._max_len is None:
             if self._k is None:

@@ -10,7 +10,7 @@ from .values import broadcast_shapes, check_positive, dropout, flags, tensor
 
 
 def split_heads(x, h) -> None:
-    if h.__class__ is not int or h <= 0:
+    if type(h) is not int or h <= 0:
         check_positive(h=h)
     if not isinstance(x, torch.Tensor):
         tensor("x", x)

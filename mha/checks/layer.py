@@ -40,9 +40,9 @@ def layer_inputs(layer, x, context=None, causal=True, mask=None, need_weights=Tr
                 f"context batch {context.size(0)} differs from x batch {x.size(0)}: "
                 f"x {tuple(x.shape)}, context {tuple(context.shape)}"
             )
-    if causal.__class__ is not bool or need_weights.__class__ is not bool:
+    if type(causal) is not bool or type(need_weights) is not bool:
         flags(causal=causal, need_weights=need_weights)
-    if cache is not None and (context is not None or cache.__class__ not in _CACHE_TYPES):
+    if cache is not None:
         _layer_cache(context, cache)
     if layer.training:
         dropout(layer.dropout)  # checked when the layer was made, but an attribute can be changed since
@@ -91,16 +91,12 @@ def _dtype_advice(name, t, weight):
     return f"{message}; convert one of them, e.g. module.to({t.dtype}) or {name}.to({weight.dtype})"
 
 
-_CACHE_TYPES = set()  # classes already seen to be caches
-
-
 def _layer_cache(context, cache):
     if context is not None:
         raise ValueError("a KVCache is for self-attention decoding; don't pass it with a context")
     # Known by what the layer uses of it, so that this module need not import mha.cache.
-    if not all(hasattr(cache, name) for name in ("update", "reset", "__len__")):
+    if not (hasattr(cache, "update") and hasattr(cache, "reset")):
         raise TypeError(f"cache must be an mha.KVCache, got {type(cache).__name__}")
-    _CACHE_TYPES.add(cache.__class__)
 
 
 def chosen_heads(layer, heads, layer_type) -> tuple[list[int], list[int]]:
