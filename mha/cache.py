@@ -106,7 +106,7 @@ class KVCache:
             TypeError: their dtype or device differs from the cache's.
         """
         checks.cache_update(self, k, v, layer)
-        if layer is not None and not torch.compiler.is_compiling():  # (a compiled step leaves it to eager calls)
+        if self._layer is None and layer is not None and not torch.compiler.is_compiling():  # (eager only)
             self._layer = layer
         if self._max_len is None:
             if self._k is None:

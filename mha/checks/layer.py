@@ -42,8 +42,8 @@ def layer_inputs(layer, x, context=None, causal=True, mask=None, need_weights=Tr
             )
     if type(causal) is not bool or type(need_weights) is not bool:
         flags(causal=causal, need_weights=need_weights)
-    if cache is not None:
-        _layer_cache(context, cache)
+    if cache is not None and (context is not None or not hasattr(cache, "reset")):
+        _layer_cache(context, cache)  # raises
     if layer.training:
         dropout(layer.dropout)  # checked when the layer was made, but an attribute can be changed since
     if mask is None:
