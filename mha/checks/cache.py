@@ -17,8 +17,8 @@ def cache_max_len(max_len) -> None:
 def cache_update(cache, k, v, layer) -> None:
     """New keys and values that fit what the cache holds (batch, heads, d_k, dtype, device) and its max_len,
     from the layer that owns the cache (if it has one yet)."""
-    owner = None if torch.compiler.is_compiling() else cache._layer  # (eager only: see KVCache)
-    if owner is not None and layer is not None and owner is not layer:
+    owner = cache._layer  # set by eager calls only (see KVCache), and checked only there
+    if owner is not None and owner is not layer and layer is not None and not torch.compiler.is_compiling():
         raise ValueError(
             f"this KVCache holds the keys of another layer, {type(owner).__name__}({owner.extra_repr()}); "
             "each layer needs its own KVCache (or reset() this one before another layer uses it)"
