@@ -61,7 +61,8 @@ def to_torch(m: MultiHeadAttention) -> nn.MultiheadAttention:
 
     Raises:
         TypeError: ``m`` is not an ``mha.MultiHeadAttention``.
-        ValueError: m uses grouped-query attention (n_kv_heads < h), which
+        ValueError: m uses grouped-query attention (n_kv_heads < h), or heads
+            whose total width h * d_k is not d_model, which
             ``nn.MultiheadAttention`` cannot express.
     """
     if not isinstance(m, MultiHeadAttention):
@@ -70,6 +71,11 @@ def to_torch(m: MultiHeadAttention) -> nn.MultiheadAttention:
         raise ValueError(
             f"not supported: n_kv_heads={m.n_kv_heads} < h={m.h}; "
             "nn.MultiheadAttention has one K/V head per query head"
+        )
+    if m.h * m.d_k != m.d_model:
+        raise ValueError(
+            f"not supported: h={m.h} heads of d_k={m.d_k} make {m.h * m.d_k}, not d_model={m.d_model}; "
+            "nn.MultiheadAttention's heads always split d_model"
         )
     bias = m.qkv.bias is not None
     weight = m.qkv.weight

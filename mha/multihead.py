@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import operator
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -25,27 +27,32 @@ class MultiHeadAttention(nn.Module):
     embedding: only the *projected* vector is split.
 
     Args:
-        d_model: embedding width; must be divisible by h.
-        h: number of query heads. d_k = d_model // h.
+        d_model: embedding width; must be divisible by h unless d_k is given.
+        h: number of query heads.
         n_kv_heads: number of K/V heads (grouped-query attention); must divide
             h. None means h (plain multi-head attention); 1 is multi-query
             attention. Query head i shares K/V head i // (h / n_kv_heads).
+        d_k: width of each head. None means d_model // h, so that the heads
+            together are d_model wide (Vaswani et al.). Given explicitly, the
+            inner width h * d_k may differ from d_model, as Hugging Face's
+            ``head_dim`` allows (and as a layer made of some heads needs).
         bias: whether ``qkv`` and ``out`` have biases.
         dropout: attention-weight dropout, used only in training mode.
         device, dtype: passed to the parameters.
 
     Attributes:
         h, d_k, n_kv_heads, d_model, dropout.
-        qkv: ``nn.Linear(d_model, d_model + 2 * n_kv_heads * d_k)``. Its
+        qkv: ``nn.Linear(d_model, (h + 2 * n_kv_heads) * d_k)``. Its
             weight rows are [W_Q; W_K; W_V], the layout of
-            ``nn.MultiheadAttention.in_proj_weight`` (for n_kv_heads = h that
-            is ``nn.Linear(d_model, 3 * d_model)``).
-        out: W_O, ``nn.Linear(d_model, d_model)``.
+            ``nn.MultiheadAttention.in_proj_weight`` (for n_kv_heads = h and
+            the default d_k that is ``nn.Linear(d_model, 3 * d_model)``).
+        out: W_O, ``nn.Linear(h * d_k, d_model)``.
 
     Raises:
         TypeError: a size is not an int.
-        ValueError: d_model % h != 0 (names both), n_kv_heads does not divide
-            h, a size is not positive, or dropout is outside [0, 1).
+        ValueError: d_model % h != 0 without an explicit d_k (names both),
+            n_kv_heads does not divide h, a size is not positive, or dropout
+            is outside [0, 1).
     """
 
     def __init__(
@@ -54,6 +61,7 @@ class MultiHeadAttention(nn.Module):
         h: int,
         *,
         n_kv_heads: int | None = None,
+        d_k: int | None = None,
         bias: bool = True,
         dropout: float = 0.0,
         device: torch.device | str | None = None,
@@ -61,14 +69,79 @@ class MultiHeadAttention(nn.Module):
     ) -> None:
         super().__init__()
         n_kv_heads = h if n_kv_heads is None else n_kv_heads
-        _check_sizes(d_model, h, n_kv_heads)
+        _check_sizes(d_model, h, n_kv_heads, d_k)
         check_dropout(dropout)
-        self.d_model, self.h, self.d_k, self.n_kv_heads = d_model, h, d_model // h, n_kv_heads
+        d_k = d_model // h if d_k is None else d_k
+        self.d_model, self.h, self.d_k, self.n_kv_heads = d_model, h, d_k, n_kv_heads
         self.dropout = float(dropout)
-        kv_width = n_kv_heads * self.d_k
-        self._widths = [d_model, kv_width, kv_width]  # rows of W_Q, W_K, W_V in qkv
+        self._widths = [h * d_k, n_kv_heads * d_k, n_kv_heads * d_k]  # rows of W_Q, W_K, W_V in qkv
         self.qkv = nn.Linear(d_model, sum(self._widths), bias=bias, device=device, dtype=dtype)
-        self.out = nn.Linear(d_model, d_model, bias=bias, device=device, dtype=dtype)
+        self.out = nn.Linear(h * d_k, d_model, bias=bias, device=device, dtype=dtype)
+
+    @classmethod
+    def from_heads(cls, layer: MultiHeadAttention, heads, *, out_bias: bool = True) -> MultiHeadAttention:
+        """A new layer holding the query heads ``heads`` of ``layer``, and the K/V heads they use.
+
+        Its weights are copies: the rows of W_Q, W_K and W_V (and of qkv's
+        bias) of those heads, and the columns of W_O that multiply their
+        outputs. Its head i is ``layer``'s head ``heads[i]``, so its
+        ``forward`` returns those heads' weights, in that order, and its output
+        is their share of ``layer``'s output:
+
+            layer(x)[0] == sum over a partition of the heads P of
+                           from_heads(layer, P, out_bias=False)(x)[0] + layer.out.bias
+
+        which is how tensor parallelism splits a layer (``mha.parallel``).
+        d_model, d_k, dropout, device, dtype, training mode and each
+        parameter's ``requires_grad`` are kept. Making it draws no random
+        numbers.
+
+        Args:
+            layer: a ``MultiHeadAttention``.
+            heads: a range or sequence of distinct query-head indices in
+                [0, layer.h). With grouped-query attention (query head i uses
+                K/V head i // (h / n_kv_heads)) the chosen heads must make a
+                layer of their own: the heads of each K/V head they use side
+                by side, equally many for each, e.g. ``range(0, h // 2)``.
+            out_bias: False gives ``out`` no bias, so that partial outputs
+                can be summed and W_O's bias added once after the sum.
+
+        Returns:
+            A ``MultiHeadAttention`` with h = len(heads), n_kv_heads = the
+            number of K/V heads used, and the same d_k.
+
+        Raises:
+            TypeError: ``layer`` is not a ``MultiHeadAttention`` or a head
+                index is not an int.
+            ValueError: no heads, a head out of range or given twice, or
+                heads that do not make a whole set of K/V heads (names them).
+        """
+        h_ids, kv_ids = _head_ids(layer, heads)
+        weight, d_k = layer.qkv.weight, layer.d_k
+        has_bias = layer.qkv.bias is not None
+        # Built on the meta device and then given uninitialised memory: no random initialisation,
+        # so making a layer from heads does not move the random number generator.
+        new = cls(
+            layer.d_model, len(h_ids), n_kv_heads=len(kv_ids), d_k=d_k, bias=has_bias,
+            dropout=layer.dropout, device="meta", dtype=weight.dtype,
+        )
+        out_has_bias = out_bias and layer.out.bias is not None
+        if (new.out.bias is not None) != out_has_bias:  # W_O's bias: kept, or left to add once after a sum
+            new.out = nn.Linear(len(h_ids) * d_k, layer.d_model, bias=out_has_bias, device="meta", dtype=weight.dtype)
+        new.to_empty(device=weight.device)
+        rows, cols = _qkv_rows(layer, h_ids, kv_ids), _columns(h_ids, d_k)
+        with torch.no_grad():
+            new.qkv.weight.copy_(weight[rows.to(weight.device)])
+            if has_bias:
+                new.qkv.bias.copy_(layer.qkv.bias[rows.to(weight.device)])
+            new.out.weight.copy_(layer.out.weight[:, cols.to(weight.device)])
+            if new.out.bias is not None:
+                new.out.bias.copy_(layer.out.bias)
+        for mine, theirs in ((new.qkv.weight, weight), (new.qkv.bias, layer.qkv.bias),
+                             (new.out.weight, layer.out.weight), (new.out.bias, layer.out.bias)):
+            if mine is not None:
+                mine.requires_grad_(theirs.requires_grad)  # frozen stays frozen
+        return new.train(layer.training)
 
     def forward(
         self,
@@ -152,7 +225,7 @@ class MultiHeadAttention(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Q from x; K and V from ``context`` (or x). All heads at once.
 
-        Returns (B, T, d_model), (B, S, n_kv_heads*d_k), (B, S, n_kv_heads*d_k).
+        Returns (B, T, h*d_k), (B, S, n_kv_heads*d_k), (B, S, n_kv_heads*d_k).
         """
         if context is None:  # self-attention: one matmul for Q, K and V
             return self.qkv(x).split(self._widths, dim=-1)
@@ -172,7 +245,7 @@ class MultiHeadAttention(nn.Module):
             # (The same views as splitting Q, K, V first, in 3 tensor ops instead of 7.)
             heads = split_heads(self.qkv(x), self.h + 2 * g)  # (B, h + 2g, T, d_k)
             return heads.split_with_sizes([self.h, g, g], dim=1)
-        q, k, v = self.project(x, context)  # (B, T, d_model), (B, S, g*d_k), (B, S, g*d_k)
+        q, k, v = self.project(x, context)  # (B, T, h*d_k), (B, S, g*d_k), (B, S, g*d_k)
         return split_heads(q, self.h), split_heads(k, g), split_heads(v, g)
 
     def _check_inputs(self, x, context, cache):
@@ -238,15 +311,60 @@ def _dtype_advice(name, t, weight):
     return f"{message}; convert one of them, e.g. module.to({t.dtype}) or {name}.to({weight.dtype})"
 
 
-def _check_sizes(d_model, h, n_kv_heads):
-    check_int(d_model=d_model, h=h, n_kv_heads=n_kv_heads)
-    for name, n in (("d_model", d_model), ("h", h), ("n_kv_heads", n_kv_heads)):
+def _check_sizes(d_model, h, n_kv_heads, d_k):
+    sizes = {"d_model": d_model, "h": h, "n_kv_heads": n_kv_heads}
+    if d_k is not None:
+        sizes["d_k"] = d_k
+    check_int(**sizes)
+    for name, n in sizes.items():
         if n <= 0:
             raise ValueError(f"{name} must be positive, got {n}")
-    if d_model % h:
+    if d_k is None and d_model % h:
         raise ValueError(
             f"d_model={d_model} is not divisible by h={h}: each head needs d_k = d_model / h "
             f"dimensions (try h in {[n for n in range(1, min(d_model, 64) + 1) if d_model % n == 0]})"
         )
     if h % n_kv_heads:
         raise ValueError(f"n_kv_heads={n_kv_heads} must divide h={h}")
+
+
+def _head_ids(layer, heads):
+    """The chosen query heads and the K/V heads they use, checked to make a layer of their own."""
+    if not isinstance(layer, MultiHeadAttention):
+        raise TypeError(f"from_heads needs an mha.MultiHeadAttention, got {type(layer).__name__}")
+    h_ids = []
+    for i in heads:
+        try:
+            h_ids.append(operator.index(i))  # ints and 0-dim integer tensors; not floats
+        except TypeError:
+            raise TypeError(f"head indices must be ints, got {i!r}") from None
+    if not h_ids:
+        raise ValueError("from_heads needs at least one head")
+    if len(set(h_ids)) < len(h_ids) or not all(0 <= i < layer.h for i in h_ids):
+        raise ValueError(f"heads must be distinct indices in [0, h={layer.h}), got {h_ids}")
+    per_kv = layer.h // layer.n_kv_heads
+    used = [i // per_kv for i in h_ids]  # the K/V head each chosen query head uses
+    kv_ids = list(dict.fromkeys(used))
+    # The new layer's query head j uses its K/V head j // (h' / g'): the chosen heads must come
+    # in runs, one per K/V head, all of one length.
+    if len(h_ids) % len(kv_ids) or used != [kv for kv in kv_ids for _ in range(len(h_ids) // len(kv_ids))]:
+        raise ValueError(
+            f"heads {h_ids} use K/V heads {used} (query head i uses K/V head i // {per_kv}); a layer needs "
+            "the query heads of each K/V head it uses side by side, equally many for each"
+        )
+    return h_ids, kv_ids
+
+
+def _qkv_rows(layer, h_ids, kv_ids):
+    """Rows of layer.qkv for the chosen heads: [W_Q rows of h_ids; W_K rows of kv_ids; W_V rows of kv_ids]."""
+    d_k, k_start, v_start = layer.d_k, layer._widths[0], layer._widths[0] + layer._widths[1]
+    return torch.cat([
+        _columns(h_ids, d_k),
+        k_start + _columns(kv_ids, d_k),
+        v_start + _columns(kv_ids, d_k),
+    ])
+
+
+def _columns(ids, d_k):
+    """Indices i*d_k ... (i+1)*d_k - 1 of each head i, in order: head i's slice of a (.., h*d_k) dim."""
+    return (torch.tensor(ids, dtype=torch.long)[:, None] * d_k + torch.arange(d_k)).flatten()

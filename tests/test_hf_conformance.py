@@ -71,13 +71,16 @@ def test_gpt2_attention(padded):
     assert_conforms(y, w, y_ref, w_ref, tol=1e-12)
 
 
+@pytest.mark.parametrize("head_dim", [8, 12], ids=["head_dim=d_model/h", "head_dim=12"])
 @pytest.mark.parametrize("bias", [False, True])
-def test_llama_attention_with_grouped_query_heads(bias):
+def test_llama_attention_with_grouped_query_heads(bias, head_dim):
     # 4 query heads share 2 K/V heads. RoPE is applied outside mha, so it is neutralised: cos = 1, sin = 0.
-    config = transformers.LlamaConfig(hidden_size=32, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
-                                      attention_bias=bias, attention_dropout=0.0, attn_implementation="eager")
+    # head_dim=12 makes the heads 48 wide in a 32-wide model (Gemma-style), mha's explicit d_k.
+    config = transformers.LlamaConfig(hidden_size=32, num_attention_heads=4, num_key_value_heads=2,
+                                      head_dim=head_dim, attention_bias=bias, attention_dropout=0.0,
+                                      attn_implementation="eager")
     ref = randomize(LlamaAttention(config, layer_idx=0))
-    m = mha.MultiHeadAttention(32, 4, n_kv_heads=2, bias=bias, dtype=torch.float64).eval()
+    m = mha.MultiHeadAttention(32, 4, n_kv_heads=2, d_k=head_dim, bias=bias, dtype=torch.float64).eval()
     with torch.no_grad():
         m.qkv.weight.copy_(torch.cat([ref.q_proj.weight, ref.k_proj.weight, ref.v_proj.weight]))
         m.out.weight.copy_(ref.o_proj.weight)
@@ -85,7 +88,7 @@ def test_llama_attention_with_grouped_query_heads(bias):
             m.qkv.bias.copy_(torch.cat([ref.q_proj.bias, ref.k_proj.bias, ref.v_proj.bias]))
             m.out.bias.copy_(ref.o_proj.bias)
     x = torch.randn(B, T, 32, dtype=torch.float64)
-    no_rotation = (torch.ones(B, T, 8, dtype=torch.float64), torch.zeros(B, T, 8, dtype=torch.float64))
+    no_rotation = (torch.ones(B, T, head_dim, dtype=torch.float64), torch.zeros(B, T, head_dim, dtype=torch.float64))
     additive, _ = additive_mask(causal=True, padded=False)
     y_ref, w_ref = ref(x, position_embeddings=no_rotation, attention_mask=additive)
     y, w = m(x)
