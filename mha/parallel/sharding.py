@@ -13,6 +13,7 @@ from torch import nn
 
 from ..cache import KVCache
 from ..multihead import MultiHeadAttention
+from .agree import agree_on_call, agree_on_layer, fingerprint, layer_summary
 
 __all__ = ["ShardedMultiHeadAttention", "out_columns", "qkv_rows", "shard_heads"]
 
@@ -85,13 +86,22 @@ class ShardedMultiHeadAttention(nn.Module):
             held here.
     """
 
-    def __init__(self, module: MultiHeadAttention, group: dist.ProcessGroup | None = None) -> None:
+    def __init__(
+        self, module: MultiHeadAttention, group: dist.ProcessGroup | None = None, *, check_ranks: bool = True
+    ) -> None:
         super().__init__()
-        _check_module(module)
-        _check_initialized()
+        if not (dist.is_available() and dist.is_initialized()):
+            _check_module(module)  # the plainer mistake first
+            _check_initialized()
         self.group = group if group is not None else dist.group.WORLD
         self.rank, self.world_size = dist.get_rank(self.group), dist.get_world_size(self.group)
-        _check_split(module, self.world_size)
+        self.check_ranks = check_ranks
+        error = None
+        try:
+            _check_split(module, self.world_size)
+        except Exception as err:  # told to every rank below, so that no rank waits for this one
+            error = err
+        agree_on_layer(self.group, error, None if error else layer_summary(module))
         self.d_model, self.h, self.n_kv_heads, self.d_k = module.d_model, module.h, module.n_kv_heads, module.d_k
         self.head_ids = _head_range(self.h, self.rank, self.world_size)
         self.kv_head_ids = _head_range(self.n_kv_heads, self.rank, self.world_size)
@@ -112,8 +122,11 @@ class ShardedMultiHeadAttention(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The full layer's output, computed from this rank's heads and one all-reduce.
 
-        Call it on every rank of the group, with the same x, context and mask
-        (a collective: a rank that does not call it makes the others wait).
+        Call it on every rank of the group, with the same x, context, mask and
+        flags (a collective: a rank that does not call it makes the others
+        wait, up to the process group's timeout). With ``check_ranks`` (the
+        default) the ranks compare their inputs first (one all-gather of a
+        fingerprint per rank, see :mod:`mha.parallel.agree`).
 
         Args:
             x, context, causal, need_weights: as ``MultiHeadAttention.forward``.
@@ -129,22 +142,47 @@ class ShardedMultiHeadAttention(nn.Module):
             (global heads ``head_ids``), or None.
 
         Raises:
-            As ``MultiHeadAttention.forward``, on every rank alike (inputs are
-            checked before any communication); ValueError for a mask whose
-            head dimension is neither 1 nor h.
+            As ``MultiHeadAttention.forward`` (and ValueError for a mask whose
+            head dimension is neither 1 nor h) on the rank whose input is bad,
+            and RuntimeError naming that rank on the others; ValueError on
+            every rank when the ranks' inputs differ (names the ranks and
+            what differs). Nothing is summed then, so no rank is left waiting.
+            Without ``check_ranks`` a rank's error is raised on that rank only.
         """
-        if not isinstance(x, torch.Tensor):
-            raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
-        mask = self._local_mask(mask)
-        mesh = self._mesh(x.device.type)
-        x = _copy_to_ranks(x, mesh)  # f: identity; backward sums dL/dx over the ranks
-        if isinstance(context, torch.Tensor):
-            context = _copy_to_ranks(context, mesh)
-        y, w = self.heads(x, context, causal=causal, mask=mask, need_weights=need_weights, cache=cache)
+        fields = self._fingerprints(x, context, mask, causal, need_weights, cache) if self.check_ranks else {}
+        error = None
+        try:  # everything that may raise on one rank only, before any rank sums anything
+            if not isinstance(x, torch.Tensor):
+                raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+            local_mask = self._local_mask(mask)
+            mesh = self._mesh(x.device.type)
+            x = _copy_to_ranks(x, mesh)  # f: identity; backward sums dL/dx over the ranks
+            if isinstance(context, torch.Tensor):
+                context = _copy_to_ranks(context, mesh)
+            y, w = self.heads(x, context, causal=causal, mask=local_mask, need_weights=need_weights, cache=cache)
+        except Exception as err:
+            error = err
+        if self.check_ranks:
+            agree_on_call(self.group, self._exchange_device(), error, fields)
+        elif error is not None:
+            raise error
         y = _sum_over_ranks(y, mesh)  # g: all-reduce; backward passes dL/dy through
         if self.out_bias is not None:
             y = y + self.out_bias  # once, after the sum (every rank adding it would count it N times)
         return y, w
+
+    def _fingerprints(self, x, context, mask, causal, need_weights, cache) -> dict[str, list[int]]:
+        flag = lambda b: 1 if b is True else 0 if b is False else 2  # noqa: E731 -- anything else: the layer says
+        return {
+            "x": fingerprint(x), "context": fingerprint(context), "mask": fingerprint(mask),
+            "causal": [flag(causal)], "need_weights": [flag(need_weights)],
+            "the cache's length": [-1 if cache is None else len(cache) if isinstance(cache, KVCache) else -2],
+        }
+
+    def _exchange_device(self) -> torch.device:
+        if dist.get_backend(self.group) == "nccl":  # NCCL moves only GPU tensors
+            return torch.device("cuda", torch.cuda.current_device())
+        return torch.device("cpu")
 
     def _mesh(self, device_type):
         if device_type not in self._meshes:
@@ -171,13 +209,17 @@ class ShardedMultiHeadAttention(nn.Module):
         return f"rank={self.rank} of {self.world_size}, heads={_show(self.head_ids)} of {self.h}{kv}"
 
 
-def shard_heads(module: MultiHeadAttention, group: dist.ProcessGroup | None = None) -> ShardedMultiHeadAttention:
+def shard_heads(
+    module: MultiHeadAttention, group: dist.ProcessGroup | None = None, *, check_ranks: bool = True
+) -> ShardedMultiHeadAttention:
     """This rank's shard of ``module``: h/N of its heads, run in parallel with the other ranks.
 
     Call it on every rank of ``group`` (default: the world group) after
     ``torch.distributed.init_process_group``, with the same module on every
-    rank (same weights: build it from one seed or load one checkpoint). The
-    shard copies its weights, so ``module`` can be deleted afterwards.
+    rank (same weights: build it from one seed or load one checkpoint; the
+    ranks compare their layers' sizes and a hash of every parameter, and
+    refuse to shard different ones). The shard copies its weights, so
+    ``module`` can be deleted afterwards.
 
     Rank r of N keeps the rows of W_Q, W_K and W_V of its heads
     (:func:`qkv_rows`) and the matching columns of W_O (:func:`out_columns`):
@@ -191,6 +233,10 @@ def shard_heads(module: MultiHeadAttention, group: dist.ProcessGroup | None = No
     more all-reduce in the backward pass). With dropout in training mode the
     ranks draw different masks, as separate heads would.
 
+    ``check_ranks=False`` skips the comparison of every forward's inputs
+    across ranks (one small all-gather per call); the layer is compared once
+    either way.
+
     Works on any backend: gloo on CPU, NCCL with one process per GPU (move
     the module to the rank's GPU before sharding).
 
@@ -199,11 +245,13 @@ def shard_heads(module: MultiHeadAttention, group: dist.ProcessGroup | None = No
 
     Raises:
         TypeError: module is not an ``mha.MultiHeadAttention``.
-        RuntimeError: the process group is not initialised.
+        RuntimeError: the process group is not initialised; or another rank
+            raised one of these (names it: every rank raises, none waits).
         ValueError: N does not divide h, or does not divide n_kv_heads
-            (names the numbers).
+            (names the numbers); the ranks hold different layers (names
+            the ranks and the sizes or parameters that differ).
     """
-    return ShardedMultiHeadAttention(module, group)
+    return ShardedMultiHeadAttention(module, group, check_ranks=check_ranks)
 
 
 # -- internals ---------------------------------------------------------------------------------------------
