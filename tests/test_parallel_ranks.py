@@ -1,4 +1,4 @@
-"""Tensor-parallel ranks that do not act as one (issue 17): ranks that disagree.
+"""Tensor-parallel ranks that do not act as one (issue 17, case C17): dropout, and ranks that disagree.
 
 Two gloo processes (forked), one run for every check that keeps both ranks alive; the tests read its
 measurements. A rank that stops early gets runs of its own.
@@ -23,6 +23,24 @@ def _outcome(fn):
         return "ok", fn()
     except Exception as err:
         return type(err).__name__, str(err)
+
+
+def _c17():
+    """The case as the README puts it: the same seed on every rank, a layer with dropout 0.5, a forward."""
+    out = {}
+    for attempt in range(2):  # twice from the same seed: the masks come back the same
+        torch.manual_seed(0)
+        full = mha.MultiHeadAttention(D_MODEL, H, dropout=0.5).train()
+        shard = shard_heads(full)
+        x = torch.randn(1, T, D_MODEL)
+        y, w = shard(x)  # w (1, h/N, T, T): this rank's heads' weights after dropout
+        out[attempt] = {
+            "dropped": (w[0] == 0) & torch.ones(T, T, dtype=torch.bool).tril(),  # a softmax weight is never 0 here
+            "parameters": [p.detach().clone() for p in full.parameters()],
+            "rng_after": torch.get_rng_state(),
+            "y": y.detach(),
+        }
+    return out
 
 
 def _layer(seed=0, h=H, **kwargs):
@@ -63,12 +81,34 @@ def _disagreements():
 
 
 def _on_each_rank():
-    return {"disagree": _disagreements()}
+    return {"c17": _c17(), "disagree": _disagreements()}
 
 
 @pytest.fixture(scope="module")
 def ranks():
     return run_on_ranks(_on_each_rank, world_size=N, start_method="fork")
+
+
+def test_C17_each_rank_draws_its_own_dropout_masks_and_the_weights_stay_identical(ranks):
+    a, b = ranks[0]["c17"][0], ranks[1]["c17"][0]
+    # Every allowed (query, key) pair of every head has a weight > 0, so a 0 is a dropped weight.
+    n = a["dropped"].numel() // T // T * (T * (T + 1) // 2)
+    for rank in (a, b):
+        rate = rank["dropped"].sum().item() / n
+        assert 0.3 < rate < 0.7, rate  # p = 0.5
+    assert not torch.equal(a["dropped"], b["dropped"])  # rank 0's heads (0, 1) and rank 1's (2, 3) differ
+    assert not torch.equal(a["dropped"][0], a["dropped"][1])  # and so do two heads of one rank
+    differ = (a["dropped"] != b["dropped"]).sum().item()
+    assert differ > n // 4, differ  # about half of the pairs, as for independent masks
+    # The weights are the same on every rank, and the default generator moved the same way on both.
+    assert all(torch.equal(p, q) for p, q in zip(a["parameters"], b["parameters"]))
+    assert torch.equal(a["rng_after"], b["rng_after"])
+    assert torch.equal(a["y"], b["y"])  # one all-reduce: the same output on every rank
+
+
+def test_C17_the_same_seed_gives_the_same_masks(ranks):
+    for res in ranks:
+        assert torch.equal(res["c17"][0]["dropped"], res["c17"][1]["dropped"])
 
 
 def test_ranks_with_different_weights_are_refused_on_every_rank(ranks):

@@ -31,6 +31,19 @@ V rows of *its* heads, so the shard is laid out [W_Q_r; W_K_r; W_V_r] exactly
 like a smaller ``MultiHeadAttention`` (``MultiHeadAttention.from_heads`` builds
 it), and runs that class's own forward.
 
+**Seeds.** Call ``torch.manual_seed(s)`` with the same ``s`` on every rank
+before building the layer: its weights are then the same on every rank (and
+:func:`shard_heads` checks that they are). Attention dropout must not be the
+same: rank 0's heads and rank 1's are different heads, and in one process they
+would draw different masks. So in training mode with dropout, each forward of
+a shard draws one number b from the default CPU generator -- the same draw on
+every rank, so the ranks' generators stay in step -- and runs its heads under
+a forked generator seeded with b + rank (CPU, and the shard's GPU when it has
+one). Every head draws its own mask, the default generator is back where it
+was after that one draw, and the same ``s`` gives the same masks again.
+Megatron-LM keeps a separate tensor-parallel RNG state for the same reason
+(megatron/core/tensor_parallel/random.py).
+
 **Ranks that disagree.** A shard's forward is a collective: every rank of the
 group calls it, with the same inputs. :func:`shard_heads` compares the layer
 (sizes, dtype, a hash of every parameter) across ranks, and each forward

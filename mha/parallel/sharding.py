@@ -5,6 +5,7 @@ See :mod:`mha.parallel` for the idea (Megatron-LM's tensor-parallel attention) a
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import torch
@@ -126,7 +127,9 @@ class ShardedMultiHeadAttention(nn.Module):
         flags (a collective: a rank that does not call it makes the others
         wait, up to the process group's timeout). With ``check_ranks`` (the
         default) the ranks compare their inputs first (one all-gather of a
-        fingerprint per rank, see :mod:`mha.parallel.agree`).
+        fingerprint per rank, see :mod:`mha.parallel.agree`); in training mode
+        with dropout each rank's heads draw their own masks (see "Seeds" in
+        :mod:`mha.parallel`).
 
         Args:
             x, context, causal, need_weights: as ``MultiHeadAttention.forward``.
@@ -159,7 +162,8 @@ class ShardedMultiHeadAttention(nn.Module):
             x = _copy_to_ranks(x, mesh)  # f: identity; backward sums dL/dx over the ranks
             if isinstance(context, torch.Tensor):
                 context = _copy_to_ranks(context, mesh)
-            y, w = self.heads(x, context, causal=causal, mask=local_mask, need_weights=need_weights, cache=cache)
+            with self._dropout_stream(x.device):
+                y, w = self.heads(x, context, causal=causal, mask=local_mask, need_weights=need_weights, cache=cache)
         except Exception as err:
             error = err
         if self.check_ranks:
@@ -183,6 +187,23 @@ class ShardedMultiHeadAttention(nn.Module):
         if dist.get_backend(self.group) == "nccl":  # NCCL moves only GPU tensors
             return torch.device("cuda", torch.cuda.current_device())
         return torch.device("cpu")
+
+    @contextlib.contextmanager
+    def _dropout_stream(self, device: torch.device):
+        """Run the heads on a generator of this rank's own, so that each rank's heads draw their own dropout
+        masks (case C17), while the default generator moves the same way on every rank (one draw).
+        See "Seeds" in :mod:`mha.parallel`."""
+        if not (self.heads.training and self.heads.dropout > 0):
+            yield
+            return
+        base = int(torch.randint(2**62, ()))  # the default CPU generator: the same draw on every rank
+        forked = [device] if device.type == "cuda" else []
+        with torch.random.fork_rng(devices=forked):  # restores the generators afterwards
+            torch.default_generator.manual_seed(base + self.rank)
+            for d in forked:
+                with torch.cuda.device(d):
+                    torch.cuda.manual_seed(base + self.rank)
+            yield
 
     def _mesh(self, device_type):
         if device_type not in self._meshes:
@@ -230,8 +251,9 @@ def shard_heads(
     the unsharded module's: if every rank computes the same loss from y,
     the shard's parameter gradients are the matching slices of the full
     module's gradients, and x's gradient is the full one on every rank (one
-    more all-reduce in the backward pass). With dropout in training mode the
-    ranks draw different masks, as separate heads would.
+    more all-reduce in the backward pass). With dropout in training mode
+    every head draws its own mask, on every rank, and the weights stay the
+    same on every rank (see "Seeds" in :mod:`mha.parallel`).
 
     ``check_ranks=False`` skips the comparison of every forward's inputs
     across ranks (one small all-gather per call); the layer is compared once
