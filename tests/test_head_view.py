@@ -24,8 +24,8 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 import mha  # noqa: E402
-from mha.head_view import PALETTE, HeadView  # noqa: E402
 from mha.plot import head_view  # noqa: E402
+from mha.viz.head_view import PALETTE, HeadView  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKENS = ["the", "cat", "sat", "on", "the", "mat"]
@@ -251,7 +251,7 @@ def test_assets_cannot_end_the_inline_script():
     import importlib.resources
 
     for name in ("head_view.js", "head_view.css"):
-        text = importlib.resources.files("mha").joinpath(name).read_text(encoding="utf-8").lower()
+        text = importlib.resources.files("mha.viz").joinpath(name).read_text(encoding="utf-8").lower()
         assert "</script" not in text and "<!--" not in text and "</style" not in text, name
 
 

@@ -1,0 +1,39 @@
+"""Figures that are the same on every machine: :func:`notebook_style`.
+
+Needs matplotlib (``pip install "mha[notebooks]"``).
+"""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
+
+
+def notebook_style() -> None:
+    """Make a notebook's figures, and the outputs Jupyter stores for them, the same on every machine.
+
+    Two things vary from machine to machine (case C13 in the project's cases):
+
+    - a local matplotlibrc can change the dpi, figure size and fonts: this resets
+      matplotlib to its own defaults (``plt.style.use("default")``);
+    - Jupyter stores a text form next to every figure's PNG, by default
+      ``<Figure size 640x480 with 1 Axes>``, whose pixel size follows the dpi; strict
+      nbval compares that text. Inside IPython this shows ``<Figure with 1 Axes>`` instead.
+
+    Call it once, before the first figure. Outside IPython only the style is reset.
+    """
+    plt.style.use("default")
+    # Resolve the backend now: Jupyter's inline backend, when it loads, drops every text
+    # formatter registered for figures, so ours must come after it.
+    plt.switch_backend(plt.get_backend())
+    try:
+        from IPython import get_ipython
+    except ImportError:  # matplotlib without IPython: nothing is stored
+        return
+    shell = get_ipython()
+    if shell is not None:
+        shell.display_formatter.formatters["text/plain"].for_type(Figure, _figure_text)
+
+
+def _figure_text(fig: Figure, printer, cycle: bool) -> None:
+    printer.text(f"<Figure with {len(fig.axes)} Axes>")
