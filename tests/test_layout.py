@@ -1,4 +1,4 @@
-"""The package's layout: what a wheel ships (the subpackages, the head view's JavaScript and CSS)."""
+"""The package's layout: what a wheel ships (the subpackages, the head view's JavaScript and CSS), and file sizes."""
 
 import shutil
 import subprocess
@@ -7,15 +7,26 @@ import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+MAX_LINES = 400  # issue 18: a file a reader can hold in mind
+
+
+def test_no_source_file_is_over_400_lines():
+    files = [p for folder in ("mha", "benchmarks", "docs/_ext") for p in (ROOT / folder).rglob("*")
+             if p.suffix in (".py", ".js", ".css")]
+    files += list((ROOT / "notebooks").glob("*.py"))
+    assert len(files) > 20
+    lines = {str(p.relative_to(ROOT)): len(p.read_text(encoding="utf-8").splitlines()) for p in files}
+    assert max(lines.values()) > 100  # the count is of real files
+    assert not {name: n for name, n in lines.items() if n > MAX_LINES}
 
 
 def test_a_built_wheel_ships_every_subpackage_and_the_head_view_assets(tmp_path):
     """Build the wheel from a copy of the sources (no build/ left in the checkout), install it into a folder
     of its own, and use it from a directory where the checkout cannot be imported."""
     src = tmp_path / "src"
-    for name in ("pyproject.toml", "README.md", "LICENSE"):
-        shutil.copy(ROOT / name, src / name) if src.exists() else (src.mkdir(), shutil.copy(ROOT / name, src / name))
     shutil.copytree(ROOT / "mha", src / "mha", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy(ROOT / name, src / name)
     pip = [sys.executable, "-m", "pip", "-q", "--disable-pip-version-check"]
     subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp_path / "dist"), str(src)],
                    check=True, capture_output=True, text=True, timeout=300)
