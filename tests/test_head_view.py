@@ -26,6 +26,7 @@ import torch  # noqa: E402
 import mha  # noqa: E402
 from mha.plot import head_view  # noqa: E402
 from mha.viz.head_view import PALETTE, HeadView  # noqa: E402
+from mha.viz.static import COLORS  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKENS = ["the", "cat", "sat", "on", "the", "mat"]
@@ -69,13 +70,13 @@ def png_size(png: bytes):
     return struct.unpack(">II", png[16:24])
 
 
-def test_bundle_has_html_png_and_text():
+def test_bundle_is_html_and_text_and_the_png_is_drawn_on_request():
     w = layer_weights()
     view = head_view(w, TOKENS)
     bundle = view._repr_mimebundle_()
-    assert set(bundle) == {"text/html", "image/png", "text/plain"}
+    assert set(bundle) == {"text/html", "text/plain"}  # no PNG drawn for the display (case C16)
     assert bundle["text/plain"] == "HeadView(1 layer, 4 heads, 6 queries x 6 keys)"
-    width, height = png_size(bundle["image/png"])
+    width, height = png_size(view.to_png())
     assert width > 100 and height > 50
     assert isinstance(view, HeadView) and mha.plot.head_view is head_view
 
@@ -127,7 +128,7 @@ def test_html_loads_nothing_and_has_no_global_script_tricks():
         assert banned not in text
 
 
-def test_static_picture_is_svg_with_one_panel_per_layer_and_head():
+def test_static_picture_is_svg_with_one_panel_per_layer_and_head_and_a_colour_scale():
     view = head_view([layer_weights(0), layer_weights(1)], TOKENS)
     src = Parts(view.to_html()).img
     assert src.startswith("data:image/svg+xml;base64,")
@@ -135,26 +136,31 @@ def test_static_picture_is_svg_with_one_panel_per_layer_and_head():
     assert svg == view.to_svg()
     root = ET.fromstring(svg)
     ns = "{http://www.w3.org/2000/svg}"
-    titles = [t.text for t in root.iter(ns + "text") if t.text and "head" in t.text]
-    assert titles == [f"layer {layer} · head {k}" for layer in range(2) for k in range(4)]
+    texts = [t.text for t in root.iter(ns + "text")]
+    assert [t for t in texts if "head" in t] == [f"layer {layer} · head {k}" for layer in range(2) for k in range(4)]
+    assert texts.count("the") == 8 * 2 + 2 * 2  # key labels above 8 panels, query labels left of 2 rows of them
+    # The colour scale: 21 swatches from white to dark blue, ticks 0 to 1; the cells use its colours.
+    swatches = [r.get("fill") for r in root.iter(ns + "rect") if r.get("height") == "12" and r.get("fill") != "none"]
+    assert swatches == list(COLORS) and COLORS[0] == "#f7fbff" and COLORS[-1] == "#08306b"
+    assert {"0", "0.5", "1"} <= set(texts)
     fills = {p.get("fill") for p in root.iter(ns + "path")}
-    assert fills == set(PALETTE[:4])
-    # The weight-1 cell at the top-left of every causal table is drawn fully opaque.
-    assert any(p.get("fill-opacity") == "1" for p in root.iter(ns + "path"))
+    assert fills <= set(COLORS) and COLORS[-1] in fills  # weight 1, top-left of every causal table
+    # Readable: cells of 14 px at 6 tokens, and no wider than a notebook's output column.
+    assert int(root.get("width")) <= 960
 
 
-def test_png_is_fixed_dpi_without_metadata_and_shows_the_heads():
+def test_png_is_fixed_dpi_without_metadata_and_draws_the_same_picture():
     w = layer_weights()
-    png = head_view(w, TOKENS).to_png()
+    view = head_view(w, TOKENS)
+    png = view.to_png()
     assert b"tEXt" not in png and b"Software" not in png  # no matplotlib version, no date
+    svg = ET.fromstring(view.to_svg())
+    assert png_size(png) == (int(svg.get("width")), int(svg.get("height")))  # the SVG's layout, pixel for pixel
     pixels = matplotlib.image.imread(io.BytesIO(png))  # (H, W, 4) floats in [0, 1]
     colours = {tuple(round(c * 255) for c in px[:3]) for px in pixels.reshape(-1, 4)}
-    for hex_colour in PALETTE[:4]:  # each head's colour, at weight 1 (the top-left cell)
+    for hex_colour in (COLORS[-1], COLORS[10]):  # weight 1 (top-left cells), and the colour scale's middle
         rgb = tuple(int(hex_colour[i : i + 2], 16) for i in (1, 3, 5))
         assert any(max(abs(a - b) for a, b in zip(rgb, c)) <= 2 for c in colours), hex_colour
-    # Twice the heads, twice as wide (give or take the margins): the size follows the content.
-    wide = head_view(torch.cat([w, w], dim=1), TOKENS).to_png()
-    assert png_size(wide)[0] > 1.7 * png_size(png)[0]
 
 
 def test_hostile_tokens_stay_text():
@@ -268,16 +274,11 @@ head_view(w, ["a", "b", "c", "d", "e"])
 
 def test_strict_nbval_accepts_a_stored_head_view_and_catches_a_changed_one(tmp_path):
     """Store a head view as a notebook output, then let strict nbval re-run it. Cell 1 stores what this
-    process computes, with the PNG of another picture standing in for another machine's matplotlib: it
-    passes, since nbval compares text/html and text/plain, not image/png. Cell 2 stores the same HTML with
-    one weight changed by 0.001: it fails. Both in one kernel, to keep the test quick."""
+    process computes: it passes. Cell 2 stores the same HTML with one weight changed by 0.001: it fails.
+    Both in one kernel, to keep the test quick."""
     torch.manual_seed(0)
     _, w = mha.MultiHeadAttention(16, 2)(torch.randn(1, 5, 16))
-    bundle = head_view(w, ["a", "b", "c", "d", "e"])._repr_mimebundle_()
-    other_png = head_view(torch.full((1, 2, 2), 0.5), ["x", "y"]).to_png()
-    assert other_png != bundle["image/png"]
-    data = {"text/html": bundle["text/html"], "text/plain": bundle["text/plain"],
-            "image/png": base64.b64encode(other_png).decode()}
+    data = head_view(w, ["a", "b", "c", "d", "e"])._repr_mimebundle_()
 
     stored = json.dumps(Parts(data["text/html"]).data["layers"][0]["w"][0][1], separators=(",", ":"))
     row = json.loads(stored)  # head 0, query 1: weights on keys 0 and 1, then zeros (causal)
@@ -301,3 +302,82 @@ def test_strict_nbval_accepts_a_stored_head_view_and_catches_a_changed_one(tmp_p
     assert "1 failed, 1 passed" in result.stdout, result.stdout[-3000:]
     assert re.search(r"FAILED view.ipynb::Cell 1\b", result.stdout), result.stdout[-3000:]
     assert "Cell outputs differ" in result.stdout
+
+
+def gpt2_shaped_weights(n_layers, h, T, seed=0):
+    """Causal weights of untrained layers with GPT-2 small's head width (d_k 64) and a residual, as the
+    benchmark measures (benchmarks/display.py): thinly spread, the hardest case for a sparse view."""
+    torch.manual_seed(seed)
+    x = torch.randn(1, T, 64 * h)
+    tables = []
+    with torch.no_grad():
+        for _ in range(n_layers):
+            y, w = mha.MultiHeadAttention(64 * h, h)(x)
+            x = x + y
+            tables.append(w[0])
+    return tables
+
+
+def unpack(layer, h, T, S):
+    """A view's stored layer back as an (h, T, S) table of thousandths, as head_view.js reads it."""
+    if "w" in layer:
+        return torch.tensor(layer["w"])
+    table = torch.zeros(h, T, S, dtype=torch.int64)
+    for k, rows in enumerate(layer["rows"]):
+        for i, row in enumerate(rows):
+            table[k, i, row[0::2]] = torch.tensor(row[1::2], dtype=torch.int64)
+    return table
+
+
+def test_C16_a_gpt2_sentence_and_512_tokens_display_small_without_drawing_a_png():
+    """Case C16 without timing (the times are benchmark figures, benchmarks/RESULTS.md): what is displayed
+    and stored at 12 layers x 12 heads x 24 tokens and at 12 heads x 512 tokens."""
+    from mha.viz.payload import SPARSE_BUDGET
+
+    for n_layers, h, T, limit in ((12, 12, 24, 1.0e6), (1, 12, 512, 3.0e6)):
+        weights = gpt2_shaped_weights(n_layers, h, T)
+        tokens = [f"t{i}" for i in range(T)]
+        view = head_view(weights, tokens)
+        bundle = view._repr_mimebundle_()
+        assert set(bundle) == {"text/html", "text/plain"}  # no PNG drawn: it took most of the 27 s
+        size = sum(len(v.encode()) for v in bundle.values())
+        assert size < limit, (n_layers, h, T, size)
+        parts = Parts(bundle["text/html"])
+        for layer, w in zip(parts.data["layers"], weights):
+            stored, exact = unpack(layer, h, T, T), torch.round(w.double() * 1000).long()
+            kept = stored > 0
+            assert torch.equal(stored[kept], exact[kept])  # whatever is stored is the rounded weight
+            missing = exact[~kept]
+            assert missing.numel() == 0 or missing.max() < 10  # left out: weights below 0.010 only
+            assert torch.equal(stored.max(-1).values, exact.max(-1).values)  # every row keeps its largest
+        # The static picture is trimmed to what reads at its size, and says what it leaves out.
+        svg = base64.b64decode(parts.img.split(",", 1)[1]).decode()
+        root = ET.fromstring(svg)
+        panels = [t.text for t in root.iter("{http://www.w3.org/2000/svg}text") if " head " in (t.text or "")]
+        caption = [t.text for t in root.iter("{http://www.w3.org/2000/svg}text") if (t.text or "").startswith("Shown")]
+        if T == 24:
+            assert "w" in parts.data["layers"][0] and "note" not in parts.data  # small enough: every weight
+            assert len(panels) == 12 and caption == [
+                "Shown: 12 of 144 heatmaps (the first 1 of 12 layers). The interactive view shows everything."]
+        else:
+            assert "rows" in parts.data["layers"][0]
+            assert parts.data["note"].startswith("Large view: weights below 0.010 are left out")
+            assert sum(len(r) // 2 for rows in parts.data["layers"][0]["rows"] for r in rows) <= SPARSE_BUDGET
+            assert caption == ["Shown: the first 32 of 512 queries and 32 of 512 keys. "
+                               "The interactive view shows everything."]
+        assert int(root.get("height")) <= 2800 and int(root.get("width")) <= 960
+
+
+def test_a_large_view_of_peaked_weights_raises_its_floor_to_stay_small():
+    from mha.viz.payload import SPARSE_BUDGET
+
+    torch.manual_seed(0)
+    favourites = torch.rand(16, 512, 512).argsort(-1)[..., :60]  # 60 keys per row get about 0.015 each
+    w = torch.softmax(torch.zeros(16, 512, 512).scatter_(-1, favourites, 4.0), dim=-1)
+    assert int((torch.round(w * 1000) >= 10).sum()) > SPARSE_BUDGET
+    view = head_view(w, [str(i) for i in range(512)])
+    data = json.loads(view.payload)
+    kept = sum(len(r) // 2 for rows in data["layers"][0]["rows"] for r in rows)
+    floor = float(re.search(r"weights below (\d\.\d+)", data["note"]).group(1))
+    assert floor > 0.01 and kept <= SPARSE_BUDGET and f"{kept:,} of {16 * 512 * 512:,}" in data["note"]
+    assert len(view.to_html().encode()) < 3e6

@@ -127,3 +127,25 @@ def test_layers_heads_pinning_and_export(browser, tmp_path):
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
     assert int.from_bytes(png[16:20], "big") == 2 * int(float(exported.get("width")))  # twice the view's size
     assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+
+
+def test_C16_a_512_token_view_runs_and_shows_the_weights_it_kept(browser, tmp_path):
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+
+    w = weights(h=12, T=512)
+    view = head_view(w, [f"t{i}" for i in range(512)])
+    root, seen = show(browser, view, tmp_path, "large")
+    assert seen["error"] is None and seen["app"]
+    assert seen["lines"] == 0 and "too many to draw all at once" in seen["readout"]  # the overview is not drawn
+    notes = [e.text for e in root.find_elements(By.CSS_SELECTOR, ".mha-hv-app .mha-hv-note")]
+    assert notes == [view.note] and notes[0].startswith("Large view: weights below 0.010")
+    queries = root.find_elements(By.CSS_SELECTOR, ".mha-hv-tok[data-side=q]")
+    ActionChains(browser).scroll_to_element(queries[300]).move_to_element(queries[300]).perform()
+    seen = browser.execute_script(READ, root)
+    cells = torch.tensor([t["cells"] for t in seen["k"]], dtype=torch.float64).T  # (h, S)
+    row = torch.round(w[:, 300].double() * 1000) / 1000
+    kept = (row >= 0.01) | torch.nn.functional.one_hot(row.argmax(-1), 512).bool()  # and each row's first largest
+    assert torch.allclose(cells, torch.where(kept, row, 0.0), atol=6e-4)
+    assert seen["lines"] == int((row >= 0.01).sum())
+    assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]

@@ -2,9 +2,10 @@
  *
  * This file is one function expression. Python inlines it into each output's script element as
  *     (function (key) { ... })("content hash");
- * next to a JSON script element (class mha-hv-data) holding the weights in thousandths. Never write the
- * HTML end tag of a script element in this file: it would end the inlined script early.
- * It defines no globals and loads nothing. Each view keeps its API on its root element as
+ * next to a JSON script element (class mha-hv-data) holding the weights in thousandths: every one ("w", per
+ * head, query and key), or in a large view each query's from a floor up ("rows", [key, weight, ...] lists;
+ * see mha/viz/payload.py). Never write the HTML end tag of a script element in this file: it would end the
+ * inlined script early. It defines no globals and loads nothing. Each view keeps its API on its root element as
  * `root.mhaHeadView` (select, toggleHead, setLayer, svgText, pngDataURL), which the browser test uses.
  *
  * Reading order: createView builds a `view` (the data, the state, the elements) with buildControls and
@@ -16,30 +17,20 @@
   var SVGNS = "http://www.w3.org/2000/svg";
   var FONT = 13; // px; tokens are drawn in a monospace font, so their width is known without measuring
   var CHAR = 0.62 * FONT;
-  var ROW = 22;
-  var HEADER = 28;
-  var CELL = 7; // one cell per head beside each token
-  var CELL_H = 14;
-  var PAD = 8;
-  var GAP = 6;
-  var LINES_W = 170;
+  var ROW = 22, HEADER = 28, PAD = 8, GAP = 6, LINES_W = 170;
+  var CELL = 7, CELL_H = 14; // one cell per head beside each token
+  var MAX_LINES = 3000; // with no token selected, more lines than this are not drawn (a large view)
   var MONO = "ui-monospace, SFMono-Regular, Menlo, Consolas, 'DejaVu Sans Mono', monospace";
 
-  function svg(parent, name, attrs, text) {
-    var e = document.createElementNS(SVGNS, name);
+  // A new SVG element (svg) or HTML element (html), with attributes and text, appended to parent.
+  function element(ns, parent, name, attrs, text) {
+    var e = ns ? document.createElementNS(ns, name) : document.createElement(name);
     for (var a in attrs) e.setAttribute(a, attrs[a]);
     if (text !== undefined) e.textContent = text;
     if (parent) parent.appendChild(e);
     return e;
   }
-
-  function html(parent, name, attrs, text) {
-    var e = document.createElement(name);
-    for (var a in attrs) e.setAttribute(a, attrs[a]);
-    if (text !== undefined) e.textContent = text;
-    if (parent) parent.appendChild(e);
-    return e;
-  }
+  var svg = element.bind(null, SVGNS), html = element.bind(null, null);
 
   function quote(s) {
     return "\u201c" + s + "\u201d";
@@ -51,12 +42,14 @@
     var data = JSON.parse(root.querySelector("script.mha-hv-data").textContent);
     var view = {
       root: root, queries: data.queries, keys: data.keys, layers: data.layers, colors: data.colors,
-      scale: data.scale, h: data.layers[0].w.length, T: data.queries.length, S: data.keys.length,
+      scale: data.scale, h: data.colors.length, T: data.queries.length, S: data.keys.length,
       state: { layer: 0, visible: [], pinned: null, hover: null },
       app: root.querySelector(".mha-hv-app"),
+      tables: [], // per layer, made on first use: every weight in thousandths, (h, T, S) in one Uint16Array
     };
     for (var k = 0; k < view.h; k++) view.state.visible.push(true);
     buildControls(view);
+    if (data.note) html(view.app, "div", { class: "mha-hv-note" }, data.note);
     buildPicture(view);
     view.readout = html(view.app, "div", { class: "mha-hv-readout", "aria-live": "polite" });
     render(view);
@@ -193,7 +186,26 @@
   // --- state --------------------------------------------------------------------------------------------
 
   function weight(view, k, i, j) {
-    return view.layers[view.state.layer].w[k][i][j] / view.scale;
+    var n = view.state.layer;
+    if (!view.tables[n]) view.tables[n] = unpack(view, view.layers[n]);
+    return view.tables[n][(k * view.T + i) * view.S + j] / view.scale; // exact: 10 / 1000 >= 0.01
+  }
+
+  // One layer's weights as a table: from "w" (every weight) or "rows" (the kept ones; the rest are 0).
+  function unpack(view, layer) {
+    var table = new Uint16Array(view.h * view.T * view.S);
+    for (var k = 0; k < view.h; k++) {
+      for (var i = 0; i < view.T; i++) {
+        var at = (k * view.T + i) * view.S, m;
+        if (layer.w) {
+          for (m = 0; m < view.S; m++) table[at + m] = layer.w[k][i][m];
+        } else {
+          var row = layer.rows[k][i];
+          for (m = 0; m < row.length; m += 2) table[at + row[m]] = row[m + 1];
+        }
+      }
+    }
+    return table;
   }
 
   function select(view, side, index) {
@@ -234,22 +246,28 @@
   function drawLines(view, sel, shown) {
     var group = view.linesGroup;
     while (group.firstChild) group.removeChild(group.firstChild);
-    var spread = Math.min(3, (ROW - 8) / Math.max(view.h, 1));
+    var lines = [];
     shown.forEach(function (k) {
-      var dy = (k - (view.h - 1) / 2) * spread;
-      for (var i = 0; i < view.T; i++) {
-        for (var j = 0; j < view.S; j++) {
+      var iFrom = sel && sel.side === "q" ? sel.index : 0, iTo = sel && sel.side === "q" ? sel.index + 1 : view.T;
+      var jFrom = sel && sel.side === "k" ? sel.index : 0, jTo = sel && sel.side === "k" ? sel.index + 1 : view.S;
+      for (var i = iFrom; i < iTo; i++) {
+        for (var j = jFrom; j < jTo; j++) {
           var w = weight(view, k, i, j);
-          var onPath = !sel || (sel.side === "q" ? sel.index === i : sel.index === j);
-          // With a token selected, opacity is the square root of the weight, so that a weight of 0.1
-          // is still seen; with none, it is the weight itself, so that the overview does not blur.
-          if (!onPath || w < 0.01) continue;
-          svg(group, "line", {
-            x1: view.xq + view.tokW + GAP, y1: rowY(i) + dy, x2: view.xk - GAP, y2: rowY(j) + dy,
-            stroke: view.colors[k], "stroke-opacity": (sel ? Math.sqrt(w) : w).toFixed(3),
-          });
+          if (w >= 0.01) lines.push([k, i, j, w]);
         }
       }
+    });
+    view.undrawn = !sel && lines.length > MAX_LINES ? lines.length : 0;
+    if (view.undrawn) return;
+    var spread = Math.min(3, (ROW - 8) / Math.max(view.h, 1));
+    lines.forEach(function (l) {
+      var dy = (l[0] - (view.h - 1) / 2) * spread;
+      // With a token selected, opacity is the square root of the weight, so that a weight of 0.1
+      // is still seen; with none, it is the weight itself, so that the overview does not blur.
+      svg(group, "line", {
+        x1: view.xq + view.tokW + GAP, y1: rowY(l[1]) + dy, x2: view.xk - GAP, y2: rowY(l[2]) + dy,
+        stroke: view.colors[l[0]], "stroke-opacity": (sel ? Math.sqrt(l[3]) : l[3]).toFixed(3),
+      });
     });
   }
 
@@ -276,7 +294,8 @@
 
   function describe(view, sel, shown) {
     if (!sel) {
-      return "Hover a token to see what each head attends to from it (left) or to it (right); click to pin.";
+      return "Hover a token to see what each head attends to from it (left) or to it (right); click to pin." +
+        (view.undrawn ? " (" + view.undrawn + " lines of weight 0.01 or more: too many to draw all at once.)" : "");
     }
     var q = sel.side === "q";
     var own = q ? view.queries : view.keys, other = q ? view.keys : view.queries;

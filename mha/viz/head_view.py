@@ -6,15 +6,16 @@ as one output bundle:
 - ``text/html``: the interactive view, in plain HTML, CSS and JavaScript (``head_view.js`` and
   ``head_view.css`` beside this file, inlined). It loads nothing: no CDN, no require.js, no network. Where
   the JavaScript does not run (GitHub's viewer, an untrusted notebook) the same HTML shows a static picture
-  instead, an SVG written by :func:`static_svg` and inlined as a data URI.
-- ``image/png``: the same static picture drawn by matplotlib at a fixed dpi, for viewers that prefer an
-  image (nbconvert's PDF, for one).
+  instead, an SVG written by :mod:`mha.viz.static` and inlined as a data URI.
 - ``text/plain``: one line naming the sizes.
+
+No ``image/png``: front-ends show the HTML, and drawing a PNG of 144 heatmaps took most of the 27 s a
+GPT-2-small view needed to display (case C16). :meth:`HeadView.to_png` and ``save("view.png")`` draw the
+static picture with matplotlib when a PNG file is wanted. A big view stays small (:mod:`mha.viz.payload`).
 
 Every output is a function of the weights rounded to 3 decimals, the tokens and the layer names: the same
 input gives byte-identical HTML on any machine (the element key is a hash of that content, not a random
-id), so strict ``pytest --nbval`` passes. nbval does not compare ``image/png`` (only ``--nbdime`` does),
-which is as well: PNG bytes change with the matplotlib and Pillow versions.
+id), so strict ``pytest --nbval`` passes. Nothing in the display needs matplotlib.
 
 Prior art: bertviz's head view (Vig, "A Multiscale Visualization of Attention in the Transformer Model",
 ACL 2019 demo, https://github.com/jessevig/bertviz). This one is written from scratch, so that it needs
@@ -31,6 +32,8 @@ from collections.abc import Sequence
 from importlib import resources
 
 import torch
+
+from .payload import layers_data
 
 #: Head colours: Okabe and Ito's colour-blind-safe palette without black (it vanishes in dark themes).
 #: Heads past the seventh reuse the colours; the cells beside each token are always in head order.
@@ -52,7 +55,9 @@ class HeadView:
         weights: list of (h, T, S) int64 tensors, one per layer: the weights in thousandths
             (1000 = weight 1.0), as stored and shown.
         tokens: the T query labels. key_tokens: the S key labels. layer_names: one per layer.
-        key: a 12-hex-digit hash of all of the above; the HTML's element key.
+        note: what a large view's data leaves out (see :mod:`mha.viz.payload`), or None.
+        payload: the JSON the view's script reads.
+        key: a 12-hex-digit hash of the payload; the HTML's element key.
     """
 
     def __init__(self, weights, tokens, key_tokens, layer_names):
@@ -60,18 +65,18 @@ class HeadView:
         self.tokens = list(tokens)
         self.key_tokens = list(key_tokens)
         self.layer_names = list(layer_names)
-        self.payload = json.dumps(
-            {
-                "version": 1,
-                "queries": self.tokens,
-                "keys": self.key_tokens,
-                "colors": [PALETTE[i % len(PALETTE)] for i in range(self.h)],
-                "scale": _SCALE,
-                "layers": [{"name": n, "w": w.tolist()} for n, w in zip(self.layer_names, self.weights)],
-            },
-            ensure_ascii=True,
-            separators=(",", ":"),
-        )
+        layers, self.note = layers_data(self.weights, self.layer_names)
+        data = {
+            "version": 2,
+            "queries": self.tokens,
+            "keys": self.key_tokens,
+            "colors": [PALETTE[i % len(PALETTE)] for i in range(self.h)],
+            "scale": _SCALE,
+            "layers": layers,
+        }
+        if self.note:
+            data["note"] = self.note
+        self.payload = json.dumps(data, ensure_ascii=True, separators=(",", ":"))
         self.key = hashlib.sha256(self.payload.encode()).hexdigest()[:12]
 
     @property
@@ -86,7 +91,7 @@ class HeadView:
         )
 
     def _repr_mimebundle_(self, include=None, exclude=None):
-        return {"text/html": self.to_html(), "image/png": self.to_png(), "text/plain": repr(self)}
+        return {"text/html": self.to_html(), "text/plain": repr(self)}
 
     def to_html(self) -> str:
         """The interactive view as an HTML fragment (no ``<html>`` or ``<head>``), self-contained."""
@@ -115,7 +120,11 @@ class HeadView:
         return static_svg(self)
 
     def to_png(self) -> bytes:
-        """The static picture drawn by matplotlib, as PNG bytes (same bytes for the same versions)."""
+        """The static picture drawn by matplotlib, as PNG bytes (same bytes for the same versions).
+
+        Raises:
+            ModuleNotFoundError: matplotlib is not installed (names the extra to install).
+        """
         from .static import static_png
 
         return static_png(self)
