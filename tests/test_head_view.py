@@ -22,11 +22,15 @@ import matplotlib.image  # noqa: E402
 import nbformat  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
+from hypothesis import given  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
 
 import mha  # noqa: E402
 from mha.plot import head_view  # noqa: E402
 from mha.viz.head_view import PALETTE, HeadView  # noqa: E402
-from mha.viz.static import COLORS  # noqa: E402
+from mha.viz.labels import _INVISIBLE as INVISIBLE  # noqa: E402
+from mha.viz.labels import display_label  # noqa: E402
+from mha.viz.static import COLORS, MAX_LABEL  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKENS = ["the", "cat", "sat", "on", "the", "mat"]
@@ -163,14 +167,57 @@ def test_png_is_fixed_dpi_without_metadata_and_draws_the_same_picture():
         assert any(max(abs(a - b) for a, b in zip(rgb, c)) <= 2 for c in colours), hex_colour
 
 
-def test_hostile_tokens_stay_text():
-    tokens = ["</script><script>alert(1)</script>", "<!--", "a & b", '"q"', "$x$", "日本"]
-    view = head_view(layer_weights(), tokens)
+# Strings a tokenizer can produce: markup, entities, mathtext, control characters (NUL, newline, an ANSI
+# escape, C1's NEL), line and paragraph separators, right-to-left text and bidi controls, emoji sequences,
+# lone surrogates (a byte-level token cut mid-character), noncharacters, empty and very long strings.
+NASTY = [
+    "</script><script>alert(1)</script>", "</SCRIPT >", "<!--", "-->", "<b>", "&amp;", "a & b", '"q"', "'", "$x$",
+    "\\", "\x00", "\n", "\r\n", "\t", "\x1b[31m", "\x85", "\u2028", "\u2029", "\u202e", "\u2066", "שלום", "مرحبا",
+    "\u200f!", "😀", "👩\u200d👩\u200d👧", "\ud800", "\udfff", "\udc80abc", "\ufffe", "\uffff", "", " ", "x" * 1000,
+    "e\u0301", "\U0010ffff",
+]
+ANY_CHARACTER = st.characters(exclude_categories=())  # every code point, lone surrogates included
+TOKEN = st.one_of(st.sampled_from(NASTY), st.text(ANY_CHARACTER, max_size=40))
+
+
+def drawn_texts(svg: str) -> list[str]:
+    return [t.text or "" for t in ET.fromstring(svg).iter("{http://www.w3.org/2000/svg}text")]
+
+
+@given(tokens=st.lists(TOKEN, min_size=1, max_size=6), name=TOKEN)
+def test_any_token_keeps_the_html_and_the_static_picture_valid(tokens, name):
+    T = len(tokens)
+    w = torch.softmax(torch.arange(2 * T * T, dtype=torch.float64).reshape(2, T, T).sin(), dim=-1)
+    view = head_view(w, tokens, layer_names=[name])
     text = view.to_html()
-    assert "<script>alert" not in text and "<!--" not in text
-    assert Parts(text).data["queries"] == tokens
-    ET.fromstring(view.to_svg())  # still well-formed XML
-    png_size(view.to_png())  # "$x$" is not mathtext, CJK glyphs missing from the font don't warn
+    text.encode("utf-8")  # strict: no lone surrogate reaches the output
+    parts = Parts(text)
+    assert parts.data["queries"] == tokens and parts.data["layers"][0]["name"] == name  # kept exactly
+    assert [tag for tag, _ in parts.tags].count("script") == 2  # no token opened or closed a script
+    assert parts.script.rstrip().endswith(f'("{view.key}");')
+    svg = base64.b64decode(parts.img.split(",", 1)[1]).decode("utf-8")
+    drawn = drawn_texts(svg)  # parses: well-formed XML, every character one XML allows
+    labels = [display_label(t, MAX_LABEL) for t in tokens]
+    assert set(labels) <= set(drawn) and all(len(label) <= MAX_LABEL for label in labels)
+    assert not INVISIBLE.search("".join(drawn))
+
+
+@given(tokens=st.lists(TOKEN, min_size=1, max_size=3))
+def test_any_token_keeps_the_png_valid(tokens):
+    w = torch.full((1, len(tokens), len(tokens)), 1 / len(tokens))
+    width, height = png_size(head_view(w, tokens).to_png())  # "$x$" is not mathtext, missing glyphs don't warn
+    assert width > 200 and height > 60
+
+
+def test_labels_show_what_is_invisible_and_cut_what_is_long():
+    assert display_label("a\nb\t", 16) == "a\u240ab\u2409"  # control characters as their symbols
+    assert display_label("\x00\x7f\x85", 16) == "\u2400\u2421\\x85"
+    assert display_label("\udc80ok", 16) == "\\udc80ok"  # a lone surrogate as an escape
+    assert display_label("😀שלום", 16) == "😀שלום"  # drawable text stays as it is
+    assert display_label("x" * 30, 16) == "x" * 15 + "…"
+    assert display_label("", 16) == ""
+    svg = head_view(torch.full((1, 2, 2), 0.5), ["</script>", "\x00"]).to_svg()
+    assert "&lt;/script&gt;" in svg and "\u2400" in svg and "\x00" not in svg
 
 
 def test_cross_attention_needs_key_tokens():
@@ -256,7 +303,7 @@ def test_save(tmp_path):
 def test_assets_cannot_end_the_inline_script():
     import importlib.resources
 
-    for name in ("head_view.js", "head_view.css"):
+    for name in ("head_view.js", "head_view_export.js", "head_view.css"):
         text = importlib.resources.files("mha.viz").joinpath(name).read_text(encoding="utf-8").lower()
         assert "</script" not in text and "<!--" not in text and "</style" not in text, name
 

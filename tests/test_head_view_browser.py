@@ -20,7 +20,6 @@ READ = """
 const root = arguments[0];
 const side = s => Array.from(root.querySelectorAll('.mha-hv-tok[data-side=' + s + ']')).map(g => ({
   label: g.querySelector('text').textContent,
-  title: g.querySelector('title').textContent,
   cells: Array.from(g.querySelectorAll('.mha-hv-cell')).map(c => Number(c.getAttribute('fill-opacity'))),
 }));
 return {q: side('q'), k: side('k'), lines: root.querySelectorAll('.mha-hv-lines line').length,
@@ -148,4 +147,26 @@ def test_C16_a_512_token_view_runs_and_shows_the_weights_it_kept(browser, tmp_pa
     kept = (row >= 0.01) | torch.nn.functional.one_hot(row.argmax(-1), 512).bool()  # and each row's first largest
     assert torch.allclose(cells, torch.where(kept, row, 0.0), atol=6e-4)
     assert seen["lines"] == int((row >= 0.01).sum())
+    assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+
+
+def test_any_token_is_drawn_as_the_static_picture_draws_it_and_stays_in_its_place(browser, tmp_path):
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+    from test_head_view import NASTY
+
+    from mha.viz.labels import display_label
+
+    T = len(NASTY)
+    w = torch.softmax(torch.arange(2 * T * T, dtype=torch.float64).reshape(2, T, T).sin() * 3, dim=-1)
+    root, seen = show(browser, head_view(w, NASTY, layer_names=["\u202e<layer>"]), tmp_path, "nasty")
+    assert seen["error"] is None and seen["app"]
+    assert [t["label"] for t in seen["q"]] == [display_label(t, 24) for t in NASTY]  # the JS labels the same way
+    assert all(len(t["label"]) <= 24 for t in seen["k"])
+    queries = root.find_elements(By.CSS_SELECTOR, ".mha-hv-tok[data-side=q]")
+    i = NASTY.index("שלום")
+    ActionChains(browser).move_to_element(queries[i]).perform()
+    isolated = browser.execute_script(
+        "return Array.from(arguments[0].querySelectorAll('.mha-hv-readout bdi')).map(b => b.textContent)", root)
+    assert isolated[0] == "שלום" and len(isolated) == 1 + 2  # the query, then each head's top key, each isolated
     assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]

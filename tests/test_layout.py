@@ -35,7 +35,7 @@ def test_a_built_wheel_ships_every_subpackage_and_the_head_view_assets(tmp_path)
     packages = {str(p.parent.relative_to(ROOT)) for p in (ROOT / "mha").rglob("__init__.py")}
     assert {"mha/viz", "mha/parallel", "mha/exercises"} <= packages
     assert {f"{package}/__init__.py" for package in packages} <= names
-    assert {"mha/viz/head_view.js", "mha/viz/head_view.css"} <= names
+    assert {"mha/viz/head_view.js", "mha/viz/head_view_export.js", "mha/viz/head_view.css"} <= names
 
     target = tmp_path / "site"
     subprocess.run([*pip, "install", "--no-deps", "--target", str(target), str(wheel)],

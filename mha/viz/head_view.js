@@ -9,8 +9,9 @@
  * `root.mhaHeadView` (select, toggleHead, setLayer, svgText, pngDataURL), which the browser test uses.
  *
  * Reading order: createView builds a `view` (the data, the state, the elements) with buildControls and
- * buildPicture; render draws the lines and lights the tokens for the current state; the export functions
- * turn the picture into SVG or PNG files.
+ * buildPicture; render draws the lines and lights the tokens for the current state. The export functions
+ * (svgText, pngDataURL, download) are in head_view_export.js, which Python inlines where the comment
+ * "mha: head_view_export.js" stands, inside this function.
  */
 (function (key) {
   "use strict";
@@ -20,6 +21,7 @@
   var ROW = 22, HEADER = 28, PAD = 8, GAP = 6, LINES_W = 170;
   var CELL = 7, CELL_H = 14; // one cell per head beside each token
   var MAX_LINES = 3000; // with no token selected, more lines than this are not drawn (a large view)
+  var LABEL = 24; // characters of a token shown at most
   var MONO = "ui-monospace, SFMono-Regular, Menlo, Consolas, 'DejaVu Sans Mono', monospace";
 
   // A new SVG element (svg) or HTML element (html), with attributes and text, appended to parent.
@@ -32,8 +34,22 @@
   }
   var svg = element.bind(null, SVGNS), html = element.bind(null, null);
 
-  function quote(s) {
-    return "\u201c" + s + "\u201d";
+  // A token as the view shows it, as mha/viz/labels.py shows it in the static picture: control characters
+  // as their symbols ("\n" as "\u240a"), lone surrogates and C1 controls as escapes, at most LABEL
+  // characters, the last "\u2026" when cut. (The data keeps the token exactly; the tooltip shows it all.)
+  function label(s) {
+    var out = "";
+    for (var i = 0; i < s.length && out.length < 8 * LABEL; i++) {
+      var c = s.charCodeAt(i);
+      if ((c & 0xfc00) === 0xd800 && (s.charCodeAt(i + 1) & 0xfc00) === 0xdc00) out += s[i] + s[++i]; // a pair
+      else if (c < 0x20) out += String.fromCharCode(0x2400 + c);
+      else if (c === 0x7f) out += "\u2421";
+      else if ((c >= 0x80 && c <= 0x9f) || (c & 0xf800) === 0xd800 || c === 0xfffe || c === 0xffff) {
+        out += "\\" + (c <= 0xff ? "x" + ("0" + c.toString(16)).slice(-2) : "u" + c.toString(16));
+      } else out += s[i];
+    }
+    var chars = Array.from(out); // code points: a surrogate pair is one character
+    return chars.length <= LABEL ? out : chars.slice(0, LABEL - 1).join("") + "\u2026";
   }
 
   // --- building a view ------------------------------------------------------------------------------------
@@ -70,10 +86,10 @@
     var bar = html(view.app, "div", { class: "mha-hv-bar" });
     view.layerSelect = null;
     if (view.layers.length > 1) {
-      var label = html(bar, "label", { class: "mha-hv-layer" }, "layer ");
-      view.layerSelect = html(label, "select", { "aria-label": "layer" });
+      var menu = html(bar, "label", { class: "mha-hv-layer" }, "layer ");
+      view.layerSelect = html(menu, "select", { "aria-label": "layer" });
       view.layers.forEach(function (layer, i) {
-        html(view.layerSelect, "option", { value: String(i) }, layer.name);
+        html(view.layerSelect, "option", { value: String(i) }, label(layer.name));
       });
       view.layerSelect.addEventListener("change", function () {
         setLayer(view, Number(view.layerSelect.value));
@@ -98,8 +114,11 @@
       render(view);
     });
     html(bar, "span", { class: "mha-hv-spacer" });
-    var svgButton = html(bar, "button", { type: "button", class: "mha-hv-export", title: "download this view as SVG" }, "SVG");
-    var pngButton = html(bar, "button", { type: "button", class: "mha-hv-export", title: "download this view as PNG" }, "PNG");
+    var exportButton = function (what) {
+      var attrs = { type: "button", class: "mha-hv-export", title: "download this view as " + what };
+      return html(bar, "button", attrs, what);
+    };
+    var svgButton = exportButton("SVG"), pngButton = exportButton("PNG");
     svgButton.addEventListener("click", function () {
       download(view, new Blob([svgText(view)], { type: "image/svg+xml" }), "svg");
     });
@@ -115,7 +134,7 @@
   function buildPicture(view) {
     var longest = 1;
     view.queries.concat(view.keys).forEach(function (t) {
-      longest = Math.max(longest, t.length);
+      longest = Math.max(longest, Array.from(label(t)).length);
     });
     view.tokW = Math.ceil(longest * CHAR) + 10;
     view.cellsW = view.h * (CELL + 1);
@@ -160,7 +179,7 @@
     var t = svg(g, "text", {
       x: query ? x + view.tokW - 5 : x + 5, y: y, "dominant-baseline": "central",
       "text-anchor": query ? "end" : "start", fill: "currentColor", style: "white-space:pre",
-    }, text);
+    }, label(text));
     var cells = [];
     for (var k = 0; k < view.h; k++) {
       var cx = query ? PAD + k * (CELL + 1) : view.xk + view.tokW + GAP + k * (CELL + 1);
@@ -238,7 +257,7 @@
     drawLines(view, sel, shown);
     lightTokens(view, sel, shown, view.qTokens, "q");
     lightTokens(view, sel, shown, view.kTokens, "k");
-    view.readout.textContent = describe(view, sel, shown);
+    writeReadout(view, describe(view, sel, shown));
   }
 
   // Each head's lines start and end a little above or below the row's middle, so heads that agree
@@ -292,82 +311,43 @@
     });
   }
 
+  // The sentence under the picture, as pieces: strings, and tokens ({ token: ... }) that writeReadout puts
+  // in <bdi> elements, so that right-to-left text in a token cannot reorder the rest of the sentence.
   function describe(view, sel, shown) {
     if (!sel) {
-      return "Hover a token to see what each head attends to from it (left) or to it (right); click to pin." +
-        (view.undrawn ? " (" + view.undrawn + " lines of weight 0.01 or more: too many to draw all at once.)" : "");
+      return ["Hover a token to see what each head attends to from it (left) or to it (right); click to pin." +
+        (view.undrawn ? " (" + view.undrawn + " lines of weight 0.01 or more: too many to draw all at once.)" : "")];
     }
     var q = sel.side === "q";
     var own = q ? view.queries : view.keys, other = q ? view.keys : view.queries;
-    var parts = shown.map(function (k) {
-      var best = -1, bestW = 0, n = q ? view.S : view.T;
-      for (var m = 0; m < n; m++) {
+    var pieces = [q ? "query " : "key ", { token: own[sel.index] }];
+    pieces.push(q ? " attends most to: " : " gets most attention from: ");
+    shown.forEach(function (k, n) {
+      var best = -1, bestW = 0, count = q ? view.S : view.T;
+      for (var m = 0; m < count; m++) {
         var w = q ? weight(view, k, sel.index, m) : weight(view, k, m, sel.index);
         if (w > bestW) { best = m; bestW = w; }
       }
-      var arrow = q ? " \u2192 " : " \u2190 ";
-      return "head " + k + arrow + (best < 0 ? "nothing" : quote(other[best]) + " " + bestW.toFixed(2));
+      pieces.push((n ? " \u00b7 " : "") + "head " + k + (q ? " \u2192 " : " \u2190 "));
+      pieces.push.apply(pieces, best < 0 ? ["nothing"] : [{ token: other[best] }, " " + bestW.toFixed(2)]);
     });
-    var lead = q ? "query " + quote(own[sel.index]) + " attends most to: "
-                 : "key " + quote(own[sel.index]) + " gets most attention from: ";
-    return lead + (parts.length ? parts.join(" \u00b7 ") : "no head shown");
+    if (!shown.length) pieces.push("no head shown");
+    return pieces;
   }
 
-  // --- export -------------------------------------------------------------------------------------------
-
-  function background(root) {
-    for (var e = root; e && e.nodeType === 1; e = e.parentElement) {
-      var c = getComputedStyle(e).backgroundColor;
-      if (c && c !== "transparent" && !/^rgba\(.*,\s*0\)$/.test(c)) return c;
-    }
-    return "#ffffff";
-  }
-
-  function svgText(view) {
-    var copy = view.svg.cloneNode(true);
-    var fg = getComputedStyle(view.root).color || "#000000";
-    copy.removeAttribute("class");
-    copy.removeAttribute("role");
-    var all = copy.querySelectorAll("*");
-    for (var n = 0; n < all.length; n++) {
-      ["fill", "stroke"].forEach(function (a) {
-        if (all[n].getAttribute(a) === "currentColor") all[n].setAttribute(a, fg);
-      });
-      all[n].removeAttribute("tabindex");
-    }
-    var bg = document.createElementNS(SVGNS, "rect");
-    bg.setAttribute("width", "100%");
-    bg.setAttribute("height", "100%");
-    bg.setAttribute("fill", background(view.root));
-    copy.insertBefore(bg, copy.firstChild);
-    return '<?xml version="1.0" encoding="UTF-8"?>\n' + new XMLSerializer().serializeToString(copy);
-  }
-
-  function pngDataURL(view) {
-    return new Promise(function (resolve, reject) {
-      var img = new Image();
-      img.onload = function () {
-        var canvas = document.createElement("canvas");
-        canvas.width = 2 * view.width;
-        canvas.height = 2 * view.height;
-        var ctx = canvas.getContext("2d");
-        ctx.scale(2, 2);
-        ctx.drawImage(img, 0, 0);
-        resolve(canvas.toDataURL("image/png"));
-      };
-      img.onerror = function () { reject(new Error("the SVG of the view could not be drawn")); };
-      img.src = "data:image/svg+xml;charset=utf-8," + encodeURIComponent(svgText(view));
+  function writeReadout(view, pieces) {
+    var out = view.readout;
+    while (out.firstChild) out.removeChild(out.firstChild);
+    pieces.forEach(function (p) {
+      if (typeof p === "string") return out.appendChild(document.createTextNode(p));
+      out.appendChild(document.createTextNode("\u201c"));
+      html(out, "bdi", {}, label(p.token));
+      out.appendChild(document.createTextNode("\u201d"));
     });
   }
 
-  function download(view, what, ext) {
-    var url = typeof what === "string" ? what : URL.createObjectURL(what);
-    var name = view.layers[view.state.layer].name.replace(/\W+/g, "_");
-    var a = html(document.body, "a", { href: url, download: "head_view_" + name + "." + ext });
-    a.click();
-    document.body.removeChild(a);
-    if (typeof what !== "string") setTimeout(function () { URL.revokeObjectURL(url); }, 1000);
-  }
+
+  /* mha: head_view_export.js */
 
   // --- start --------------------------------------------------------------------------------------------
 

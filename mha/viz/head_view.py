@@ -3,10 +3,10 @@
 ``mha.plot.head_view(weights, tokens)`` returns a :class:`HeadView`. Jupyter, VS Code and Colab display it
 as one output bundle:
 
-- ``text/html``: the interactive view, in plain HTML, CSS and JavaScript (``head_view.js`` and
-  ``head_view.css`` beside this file, inlined). It loads nothing: no CDN, no require.js, no network. Where
-  the JavaScript does not run (GitHub's viewer, an untrusted notebook) the same HTML shows a static picture
-  instead, an SVG written by :mod:`mha.viz.static` and inlined as a data URI.
+- ``text/html``: the interactive view, in plain HTML, CSS and JavaScript (``head_view.js``,
+  ``head_view_export.js`` and ``head_view.css`` beside this file, inlined). It loads nothing: no CDN, no
+  require.js, no network. Where the JavaScript does not run (GitHub's viewer, an untrusted notebook) the
+  same HTML shows a static picture instead, an SVG written by :mod:`mha.viz.static`, inlined as a data URI.
 - ``text/plain``: one line naming the sizes.
 
 No ``image/png``: front-ends show the HTML, and drawing a PNG of 144 heatmaps took most of the 27 s a
@@ -96,7 +96,7 @@ class HeadView:
     def to_html(self) -> str:
         """The interactive view as an HTML fragment (no ``<html>`` or ``<head>``), self-contained."""
         css = _asset("head_view.css")
-        js = _asset("head_view.js")
+        js = _script()
         data = _json_for_script(self.payload)
         static = base64.b64encode(self.to_svg().encode()).decode()
         n_heads = f"{self.h} head{'s' if self.h != 1 else ''}"
@@ -274,6 +274,14 @@ def _labels(labels, n: int, name: str, what: str) -> list[str]:
     if len(labels) != n:
         raise ValueError(f"{name} has {len(labels)} labels but {what} is {n}")
     return labels
+
+
+def _script() -> str:
+    """head_view.js, one function expression, with head_view_export.js inlined where it says so."""
+    return _asset("head_view.js").replace(_EXPORT, _asset("head_view_export.js").rstrip() + "\n")
+
+
+_EXPORT = "/* mha: head_view_export.js */"
 
 
 def _asset(name: str) -> str:
