@@ -428,3 +428,45 @@ def test_a_large_view_of_peaked_weights_raises_its_floor_to_stay_small():
     floor = float(re.search(r"weights below (\d\.\d+)", data["note"]).group(1))
     assert floor > 0.01 and kept <= SPARSE_BUDGET and f"{kept:,} of {16 * 512 * 512:,}" in data["note"]
     assert len(view.to_html().encode()) < 3e6
+
+
+WITHOUT_MATPLOTLIB = """
+import sys
+
+class NoMatplotlib:  # as if it were not installed
+    def find_spec(self, name, path=None, target=None):
+        if name == "matplotlib" or name.startswith("matplotlib."):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+sys.meta_path.insert(0, NoMatplotlib())
+import torch
+import mha.plot
+from mha.plot import head_view, notebook_style, plot_heads, plot_mask
+
+view = head_view(torch.full((2, 3, 3), 1 / 3), ["a", "b", "c"])
+bundle = view._repr_mimebundle_()
+assert set(bundle) == {"text/html", "text/plain"} and "<svg" in view.to_svg()
+view.save(sys.argv[1] + "/view.html")
+for name, call in [
+    ("the head view's PNG picture", view.to_png),
+    ("the head view's PNG picture", lambda: view.save(sys.argv[1] + "/view.png")),
+    ("plot_heads", lambda: plot_heads(torch.full((1, 2, 2), 0.5))),
+    ("plot_mask", lambda: plot_mask(torch.ones(2, 2))),
+    ("notebook_style", notebook_style),
+]:
+    try:
+        call()
+    except ModuleNotFoundError as err:
+        print(err)
+assert "matplotlib" not in sys.modules
+"""
+
+
+def test_the_head_view_works_without_matplotlib_and_pictures_name_the_extra(tmp_path):
+    result = subprocess.run([sys.executable, "-c", WITHOUT_MATPLOTLIB, str(tmp_path)], capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0 and not result.stderr, result.stderr[-3000:]
+    expected = [f'{what} needs matplotlib, which is not installed: pip install "mha[notebooks]"'
+                for what in ("the head view's PNG picture",) * 2 + ("plot_heads", "plot_mask", "notebook_style")]
+    assert result.stdout.splitlines() == expected
+    assert (tmp_path / "view.html").read_text(encoding="utf-8").startswith("<!DOCTYPE html>")

@@ -1,17 +1,21 @@
 """Heatmaps of attention: one per head (:func:`plot_heads`), and keep-masks (:func:`plot_mask`).
 
-Needs matplotlib (``pip install "mha[notebooks]"``); the rest of the package
-does not import this module.
+Needs matplotlib (``pip install "mha[notebooks]"``), imported when a figure is drawn: without it, importing
+this module works and drawing raises ModuleNotFoundError naming the extra to install.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-import matplotlib.pyplot as plt
 import torch
-from matplotlib.figure import Figure
+
+from ._optional import pyplot
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 
 def plot_heads(
@@ -68,6 +72,7 @@ def plot_heads(
         ValueError: weights is not 3-D or 4-D, batch_index is out of range,
             ncols is not positive, vmax is not a positive finite number, or
             the labels don't match h, T or S.
+        ModuleNotFoundError: matplotlib is not installed (names the extra).
     """
     w = _as_numpy(weights)
     if w.ndim == 4:
@@ -94,6 +99,7 @@ def plot_heads(
         vmax = vmax if vmax > 0 else 1.0  # all-zero weights (every key blocked): any scale will do
     elif isinstance(vmax, bool) or not isinstance(vmax, (int, float)) or not 0 < vmax < math.inf:
         raise ValueError(f"vmax must be a positive finite number or None, got {vmax!r}")
+    plt = pyplot("plot_heads")
     fig, axes = plt.subplots(
         nrows, ncols, figsize=(size * ncols + 0.8, size * nrows + 0.4), squeeze=False,
         constrained_layout=True,
@@ -140,6 +146,7 @@ def plot_mask(
 
     Raises:
         ValueError: the mask is not 2-D or not 0/1, or labels don't match.
+        ModuleNotFoundError: matplotlib is not installed (names the extra).
     """
     from ..masks import as_keep_mask
 
@@ -151,6 +158,7 @@ def plot_mask(
         key_tokens = tokens
     _check_labels(tokens, T, "tokens", "T")
     _check_labels(key_tokens, S, "key_tokens", "S")
+    plt = pyplot("plot_mask")
     fig, ax = plt.subplots(figsize=(size * S / max(T, 1) + 0.6, size), constrained_layout=True)
     ax.imshow(_as_numpy(keep.float()), vmin=0.0, vmax=1.0, cmap="viridis")
     _label_axes(ax, tokens, key_tokens)

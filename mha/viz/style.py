@@ -1,12 +1,16 @@
 """Figures that are the same on every machine: :func:`notebook_style`.
 
-Needs matplotlib (``pip install "mha[notebooks]"``).
+Needs matplotlib (``pip install "mha[notebooks]"``), imported when it is called.
 """
 
 from __future__ import annotations
 
-import matplotlib.pyplot as plt
-from matplotlib.figure import Figure
+from typing import TYPE_CHECKING
+
+from ._optional import matplotlib_figure, pyplot
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 
 def notebook_style() -> None:
@@ -21,7 +25,11 @@ def notebook_style() -> None:
       nbval compares that text. Inside IPython this shows ``<Figure with 1 Axes>`` instead.
 
     Call it once, before the first figure. Outside IPython only the style is reset.
+
+    Raises:
+        ModuleNotFoundError: matplotlib is not installed (names the extra to install).
     """
+    plt = pyplot("notebook_style")
     plt.style.use("default")
     # Resolve the backend now: Jupyter's inline backend, when it loads, drops every text
     # formatter registered for figures, so ours must come after it.
@@ -32,7 +40,8 @@ def notebook_style() -> None:
         return
     shell = get_ipython()
     if shell is not None:
-        shell.display_formatter.formatters["text/plain"].for_type(Figure, _figure_text)
+        figure = matplotlib_figure("notebook_style")
+        shell.display_formatter.formatters["text/plain"].for_type(figure, _figure_text)
 
 
 def _figure_text(fig: Figure, printer, cycle: bool) -> None:
