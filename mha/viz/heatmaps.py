@@ -28,7 +28,7 @@ def plot_heads(
     title: str | None = None,
     head_names: Sequence[str] | None = None,
     cmap: str = "viridis",
-    size: float = 2.6,
+    size: float | None = None,
     vmax: float | None = None,
 ) -> Figure:
     """Draw one heatmap per head, on one shared colour scale with one colorbar.
@@ -59,7 +59,9 @@ def plot_heads(
         head_names: one subplot title per head; default "head 0", "head 1", ...
         cmap: matplotlib colormap; the default, viridis, reads the same
             for colour-blind viewers and in greyscale.
-        size: inches per subplot.
+        size: inches per subplot; default 2.6, less when that would make the
+            figure wider than 8.8 in (4 heads a row: 2 in), so that it is not
+            shrunk much on a page or the website.
         vmax: top of the colour scale; a positive number, or None for the
             default described above. Pass 1.0 to compare figures on one
             absolute scale.
@@ -92,6 +94,8 @@ def plot_heads(
     if isinstance(ncols, bool) or not isinstance(ncols, int) or ncols < 1:
         raise ValueError(f"ncols must be a positive int, got {ncols!r}")
     nrows = math.ceil(h / ncols)
+    if size is None:
+        size = min(2.6, 8.0 / ncols)
     if vmax is None:
         has_choice = (w > 0).sum(-1) >= 2  # (h, T): rows with weight on two keys or more
         shown = w[has_choice] if has_choice.any() else w
@@ -109,7 +113,7 @@ def plot_heads(
             ax.remove()  # an empty slot at the end of the grid
             continue
         image = ax.imshow(w[i], vmin=0.0, vmax=vmax, cmap=cmap)
-        ax.set_title(head_names[i], fontsize=9)
+        ax.set_title(head_names[i], fontsize="medium")
         _label_axes(ax, tokens, key_tokens)
         if i % ncols == 0:  # first column
             ax.set_ylabel("query")
@@ -182,6 +186,6 @@ def _check_labels(labels, n, name, dim):
 
 def _label_axes(ax, tokens, key_tokens):
     if tokens is not None:
-        ax.set_yticks(range(len(tokens)), labels=list(tokens), fontsize=8)
+        ax.set_yticks(range(len(tokens)), labels=list(tokens), fontsize="small")
     if key_tokens is not None:
-        ax.set_xticks(range(len(key_tokens)), labels=list(key_tokens), fontsize=8, rotation=90)
+        ax.set_xticks(range(len(key_tokens)), labels=list(key_tokens), fontsize="small", rotation=90)
