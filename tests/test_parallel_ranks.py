@@ -74,6 +74,10 @@ def _disagreements():
     }
     for name, call in calls.items():
         out[name] = _outcome(call)
+    # A refused forward in training mode with dropout: every rank still drew its one number.
+    dropping = shard_heads(_layer(dropout=0.5).train())
+    out["dropout, bad x on rank 1"] = _outcome(lambda: dropping(x if r == 0 else x[..., :8]))
+    out["generator after it"] = torch.get_rng_state()
     # Nothing was left half-done: the same shard still computes the full layer's output.
     with torch.no_grad():
         out["after"] = (shard(x, mask=pad)[0] - _layer()(x, mask=pad)[0]).abs().max().item()
@@ -162,6 +166,11 @@ def test_a_rank_with_bad_input_raises_its_error_and_the_others_name_it(ranks, na
     assert f"{kind}: {message}".startswith(own), (kind, message)
     kind, message = ranks[0]["disagree"][name]
     assert kind == "RuntimeError" and f"rank 1 of 2 raised {own}" in message, message
+
+
+def test_a_refused_forward_with_dropout_leaves_the_ranks_generators_in_step(ranks):
+    assert [res["disagree"]["dropout, bad x on rank 1"][0] for res in ranks] == ["RuntimeError", "ValueError"]
+    assert torch.equal(ranks[0]["disagree"]["generator after it"], ranks[1]["disagree"]["generator after it"])
 
 
 def test_after_refusals_the_shard_still_computes_the_full_layer(ranks):

@@ -153,6 +153,7 @@ class ShardedMultiHeadAttention(nn.Module):
             Without ``check_ranks`` a rank's error is raised on that rank only.
         """
         fields = self._fingerprints(x, context, mask, causal, need_weights, cache) if self.check_ranks else {}
+        seed = self._dropout_seed()  # before anything can fail, so that every rank draws it
         error = None
         try:  # everything that may raise on one rank only, before any rank sums anything
             if not isinstance(x, torch.Tensor):
@@ -162,7 +163,7 @@ class ShardedMultiHeadAttention(nn.Module):
             x = _copy_to_ranks(x, mesh)  # f: identity; backward sums dL/dx over the ranks
             if isinstance(context, torch.Tensor):
                 context = _copy_to_ranks(context, mesh)
-            with self._dropout_stream(x.device):
+            with self._dropout_stream(seed, x.device):
                 y, w = self.heads(x, context, causal=causal, mask=local_mask, need_weights=need_weights, cache=cache)
         except Exception as err:
             error = err
@@ -188,21 +189,27 @@ class ShardedMultiHeadAttention(nn.Module):
             return torch.device("cuda", torch.cuda.current_device())
         return torch.device("cpu")
 
-    @contextlib.contextmanager
-    def _dropout_stream(self, device: torch.device):
-        """Run the heads on a generator of this rank's own, so that each rank's heads draw their own dropout
-        masks (case C17), while the default generator moves the same way on every rank (one draw).
-        See "Seeds" in :mod:`mha.parallel`."""
+    def _dropout_seed(self) -> int | None:
+        """In training mode with dropout: one draw b from the default CPU generator (the same draw on every
+        rank, so their generators stay in step) and this rank's dropout seed, b + rank. Else None."""
         if not (self.heads.training and self.heads.dropout > 0):
+            return None
+        return int(torch.randint(2**62, ())) + self.rank
+
+    @contextlib.contextmanager
+    def _dropout_stream(self, seed: int | None, device: torch.device):
+        """Run the heads on a generator of this rank's own, seeded with ``seed``, so that each rank's heads
+        draw their own dropout masks (case C17); the default generators are restored afterwards.
+        See "Seeds" in :mod:`mha.parallel`."""
+        if seed is None:
             yield
             return
-        base = int(torch.randint(2**62, ()))  # the default CPU generator: the same draw on every rank
         forked = [device] if device.type == "cuda" else []
-        with torch.random.fork_rng(devices=forked):  # restores the generators afterwards
-            torch.default_generator.manual_seed(base + self.rank)
+        with torch.random.fork_rng(devices=forked):
+            torch.default_generator.manual_seed(seed)
             for d in forked:
                 with torch.cuda.device(d):
-                    torch.cuda.manual_seed(base + self.rank)
+                    torch.cuda.manual_seed(seed)
             yield
 
     def _mesh(self, device_type):
