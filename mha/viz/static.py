@@ -94,6 +94,7 @@ def layout(view) -> Layout:
     cols = max(1, min(h, int((WIDTH - left - 8 + GAP) // (S * cell + GAP))))
     fit = max(1, int((MAX_HEIGHT - LEGEND - 18) // block_h))  # rows of heatmaps that fit
     heads = min(h, fit * cols)
+    cols = math.ceil(heads / math.ceil(heads / cols))  # balanced rows: 4 heads as 2 + 2, not 3 + 1
     layers = list(range(max(1, min(L, fit // math.ceil(heads / cols)))))
     rows = len(layers) * math.ceil(heads / cols)
     left_out = []
