@@ -79,7 +79,10 @@ def us(s: float) -> str:
     return f"{1e6 * s:.1f} µs"
 
 
-def markdown(cfg: Config, info: dict, timing: dict, decoding: dict, steps: dict, memory: dict, targets: list) -> str:
+def markdown(
+    cfg: Config, info: dict, timing: dict, decoding: dict, steps: dict, memory: dict, extra: list[str], targets: list
+) -> str:
+    """The report; ``extra``: more sections (lines of Markdown), placed before the targets."""
     title = "# Attention benchmark" + (" (smoke configuration: numbers mean nothing)" if cfg.smoke else "")
     lines = [title, ""]
     lines += [
@@ -167,8 +170,9 @@ def markdown(cfg: Config, info: dict, timing: dict, decoding: dict, steps: dict,
         ref = memory[mode]["reference"]
         cells = [f"{mib(memory[mode][n])} ({memory[mode][n] / ref:.2f}x)" for n in IMPLS]
         lines.append(f"| {mode} | " + " | ".join(cells) + " |")
+    lines += [""] + extra
     heading = "## Targets" + (" (smoke configuration: overheads dominate, not meaningful)" if cfg.smoke else "")
-    lines += ["", heading, "", "| target | measured | goal | result |", "|---|---:|---:|---|"]
+    lines += [heading, "", "| target | measured | goal | result |", "|---|---:|---:|---|"]
     for row in targets:
         result = "PASS" if row["ok"] else "MISS"
         lines.append(f"| {row['target']} | {row['value']:.3f} | {row['goal']} | {result} |")
