@@ -23,6 +23,7 @@ def shape(results: dict) -> dict:
         "one time": sorted(next(iter(results["time_s"]["forward"].values()))["reference"]),
         "decode_s": sorted(results["decode_s"]),
         "peak_bytes": {mode: sorted(row) for mode, row in results["peak_bytes"].items()},
+        "head_view": {name: sorted(row) for name, row in results["head_view"].items()},
         "targets": [sorted(row) for row in results["targets"]],
     }
 
@@ -34,7 +35,7 @@ def test_benchmark_smoke_runs_and_prints_every_table(tmp_path):
     )
     assert r.returncode == 0, r.stderr[-2000:]
     headings = ["## Time: forward", "## Time: forward+backward", "## Decoding", "## Decode step", "## Peak memory",
-                "## Targets"]
+                "## Head view display (case C16)", "## Targets"]
     for heading in headings:
         assert heading in r.stdout
     assert "reference" in r.stdout and "mha fused" in r.stdout and "torch weights" in r.stdout
@@ -52,3 +53,35 @@ def test_benchmark_smoke_runs_and_prints_every_table(tmp_path):
     for row in results["decode_step_s"].values():
         assert {"minimal", "mha KVCache(max_len)", "mha KVCache()"} <= set(row) and len(row["round_ratios"]) == 1
     assert sum(row["target"].startswith("decode step") for row in results["targets"]) == 2
+    # the head view's display (case C16) at its two sizes, its bytes as stored, and its three targets
+    assert list(results["head_view"]) == ["GPT-2 small, one sentence", "12 heads, 512 tokens"]
+    for row in results["head_view"].values():
+        assert set(row["bytes"]) == {"text/html", "text/plain"} and row["total_bytes"] == sum(row["bytes"].values())
+    assert sum(row["target"].startswith("head view") for row in results["targets"]) == 3
+    sizes = [(row["layers"], row["h"], row["T"]) for row in recorded["head_view"].values()]
+    assert sizes == [(12, 12, 24), (1, 12, 512)]  # the recorded run measures the sizes of case C16
+
+
+def test_only_the_head_view_is_measured_into_a_recorded_run(tmp_path):
+    """--only-head-view replaces the head view's numbers and targets in a recorded run, keeps the rest as it was
+    measured, and the report says that the head view was measured apart (and when)."""
+    r = subprocess.run(
+        [sys.executable, str(SCRIPT), "--smoke", "--json", str(tmp_path / "r.json"), "--threads", "1"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    before = json.loads((tmp_path / "r.json").read_text())
+    r = subprocess.run(
+        [sys.executable, str(SCRIPT), "--only-head-view", "--json", str(tmp_path / "r.json"), "--threads", "1",
+         "--output", str(tmp_path / "r.md")],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    after = json.loads((tmp_path / "r.json").read_text())
+    kept = ["machine", "config", "time_s", "decode_s", "decode_step_s", "peak_bytes"]
+    assert {k: after[k] for k in kept} == {k: before[k] for k in kept}
+    assert after["head_view"] != before["head_view"] and shape(after) == shape(before)
+    assert [t for t in after["targets"] if not t["target"].startswith("head view")] == [
+        t for t in before["targets"] if not t["target"].startswith("head view")]
+    report = (tmp_path / "r.md").read_text()
+    assert "Measured apart from the tables above (`--only-head-view`)" in report and "## Decode step" in report

@@ -103,7 +103,21 @@ def test_plot_argument_errors():
 def test_notebook_style_undoes_a_local_matplotlibrc():
     from mha.plot import notebook_style
 
-    with matplotlib.rc_context({"figure.dpi": 72, "figure.figsize": (3.0, 2.0)}):
+    with matplotlib.rc_context({"figure.dpi": 72, "figure.figsize": (3.0, 2.0), "font.size": 7.0}):
         notebook_style()
         assert plt.rcParams["figure.dpi"] == matplotlib.rcParamsDefault["figure.dpi"] == 100
         assert list(plt.rcParams["figure.figsize"]) == list(matplotlib.rcParamsDefault["figure.figsize"])
+        # Text 1.2 times matplotlib's default, so that it reads on the website, where figures are scaled
+        # to the text column; titles and ticks follow it.
+        assert plt.rcParams["font.size"] == 1.2 * matplotlib.rcParamsDefault["font.size"] == 12
+        fig = plot_heads(torch.softmax(torch.randn(4, 5, 5), -1), list("abcde"))
+        heat = [ax for ax in fig.axes if ax.images]
+        assert heat[0].title.get_fontsize() == 12
+        assert heat[0].get_yticklabels()[0].get_fontsize() == pytest.approx(10, abs=0.01)  # "small": 12 / 1.2
+
+
+def test_plot_heads_keeps_four_heads_within_a_page_width():
+    w = torch.softmax(torch.randn(8, 5, 5), -1)
+    assert plot_heads(w[:4]).get_size_inches()[0] <= 8.8  # 4 in a row
+    assert plot_heads(w[:1]).get_size_inches()[0] == pytest.approx(2.6 + 0.8)  # one head keeps its size
+    assert plot_heads(w[:4], size=3.0).get_size_inches()[0] == pytest.approx(4 * 3.0 + 0.8)  # as asked

@@ -3,18 +3,19 @@
 ``mha.plot.head_view(weights, tokens)`` returns a :class:`HeadView`. Jupyter, VS Code and Colab display it
 as one output bundle:
 
-- ``text/html``: the interactive view, in plain HTML, CSS and JavaScript (``head_view.js`` and
-  ``head_view.css`` beside this file, inlined). It loads nothing: no CDN, no require.js, no network. Where
-  the JavaScript does not run (GitHub's viewer, an untrusted notebook) the same HTML shows a static picture
-  instead, an SVG written by :func:`static_svg` and inlined as a data URI.
-- ``image/png``: the same static picture drawn by matplotlib at a fixed dpi, for viewers that prefer an
-  image (nbconvert's PDF, for one).
+- ``text/html``: the interactive view, in plain HTML, CSS and JavaScript (``head_view.js``,
+  ``head_view_export.js`` and ``head_view.css`` beside this file, inlined). It loads nothing: no CDN, no
+  require.js, no network. Where the JavaScript does not run (GitHub's viewer, an untrusted notebook) the
+  same HTML shows a static picture instead, an SVG written by :mod:`mha.viz.static`, inlined as a data URI.
 - ``text/plain``: one line naming the sizes.
+
+No ``image/png``: front-ends show the HTML, and drawing a PNG of 144 heatmaps took most of the 27 s a
+GPT-2-small view needed to display (case C16). :meth:`HeadView.to_png` and ``save("view.png")`` draw the
+static picture with matplotlib when a PNG file is wanted. A big view stays small (:mod:`mha.viz.payload`).
 
 Every output is a function of the weights rounded to 3 decimals, the tokens and the layer names: the same
 input gives byte-identical HTML on any machine (the element key is a hash of that content, not a random
-id), so strict ``pytest --nbval`` passes. nbval does not compare ``image/png`` (only ``--nbdime`` does),
-which is as well: PNG bytes change with the matplotlib and Pillow versions.
+id), so strict ``pytest --nbval`` passes. Nothing in the display needs matplotlib.
 
 Prior art: bertviz's head view (Vig, "A Multiscale Visualization of Attention in the Transformer Model",
 ACL 2019 demo, https://github.com/jessevig/bertviz). This one is written from scratch, so that it needs
@@ -26,13 +27,13 @@ from __future__ import annotations
 import base64
 import hashlib
 import html
-import io
 import json
-import warnings
 from collections.abc import Sequence
 from importlib import resources
 
 import torch
+
+from .payload import layers_data
 
 #: Head colours: Okabe and Ito's colour-blind-safe palette without black (it vanishes in dark themes).
 #: Heads past the seventh reuse the colours; the cells beside each token are always in head order.
@@ -40,7 +41,6 @@ PALETTE = ("#E69F00", "#56B4E9", "#009E73", "#CC79A7", "#0072B2", "#D55E00", "#F
 
 DECIMALS = 3  # weights are stored and shown to 3 decimals: enough to see, and stable across machines
 _SCALE = 10**DECIMALS
-_PNG_DPI = 72  # fixed, so the picture's size does not depend on the machine's matplotlib settings
 _TOLERANCE = 1e-4  # softmax rows in float16 overshoot 1 by a few ulps
 
 
@@ -55,7 +55,9 @@ class HeadView:
         weights: list of (h, T, S) int64 tensors, one per layer: the weights in thousandths
             (1000 = weight 1.0), as stored and shown.
         tokens: the T query labels. key_tokens: the S key labels. layer_names: one per layer.
-        key: a 12-hex-digit hash of all of the above; the HTML's element key.
+        note: what a large view's data leaves out (see :mod:`mha.viz.payload`), or None.
+        payload: the JSON the view's script reads.
+        key: a 12-hex-digit hash of the payload; the HTML's element key.
     """
 
     def __init__(self, weights, tokens, key_tokens, layer_names):
@@ -63,18 +65,18 @@ class HeadView:
         self.tokens = list(tokens)
         self.key_tokens = list(key_tokens)
         self.layer_names = list(layer_names)
-        self.payload = json.dumps(
-            {
-                "version": 1,
-                "queries": self.tokens,
-                "keys": self.key_tokens,
-                "colors": [PALETTE[i % len(PALETTE)] for i in range(self.h)],
-                "scale": _SCALE,
-                "layers": [{"name": n, "w": w.tolist()} for n, w in zip(self.layer_names, self.weights)],
-            },
-            ensure_ascii=True,
-            separators=(",", ":"),
-        )
+        layers, self.note = layers_data(self.weights, self.layer_names)
+        data = {
+            "version": 2,
+            "queries": self.tokens,
+            "keys": self.key_tokens,
+            "colors": [PALETTE[i % len(PALETTE)] for i in range(self.h)],
+            "scale": _SCALE,
+            "layers": layers,
+        }
+        if self.note:
+            data["note"] = self.note
+        self.payload = json.dumps(data, ensure_ascii=True, separators=(",", ":"))
         self.key = hashlib.sha256(self.payload.encode()).hexdigest()[:12]
 
     @property
@@ -89,12 +91,12 @@ class HeadView:
         )
 
     def _repr_mimebundle_(self, include=None, exclude=None):
-        return {"text/html": self.to_html(), "image/png": self.to_png(), "text/plain": repr(self)}
+        return {"text/html": self.to_html(), "text/plain": repr(self)}
 
     def to_html(self) -> str:
         """The interactive view as an HTML fragment (no ``<html>`` or ``<head>``), self-contained."""
         css = _asset("head_view.css")
-        js = _asset("head_view.js")
+        js = _script()
         data = _json_for_script(self.payload)
         static = base64.b64encode(self.to_svg().encode()).decode()
         n_heads = f"{self.h} head{'s' if self.h != 1 else ''}"
@@ -113,10 +115,18 @@ class HeadView:
 
     def to_svg(self) -> str:
         """The static picture (one heatmap per layer and head) as an SVG document string."""
+        from .static import static_svg
+
         return static_svg(self)
 
     def to_png(self) -> bytes:
-        """The static picture drawn by matplotlib, as PNG bytes (same bytes for the same versions)."""
+        """The static picture drawn by matplotlib, as PNG bytes (same bytes for the same versions).
+
+        Raises:
+            ModuleNotFoundError: matplotlib is not installed (names the extra to install).
+        """
+        from .static import static_png
+
         return static_png(self)
 
     def save(self, path) -> None:
@@ -266,111 +276,18 @@ def _labels(labels, n: int, name: str, what: str) -> list[str]:
     return labels
 
 
+def _script() -> str:
+    """head_view.js, one function expression, with head_view_export.js inlined where it says so."""
+    return _asset("head_view.js").replace(_EXPORT, _asset("head_view_export.js").rstrip() + "\n")
+
+
+_EXPORT = "/* mha: head_view_export.js */"
+
+
 def _asset(name: str) -> str:
-    return resources.files("mha").joinpath(name).read_text(encoding="utf-8")
+    return resources.files("mha.viz").joinpath(name).read_text(encoding="utf-8")
 
 
 def _json_for_script(payload: str) -> str:
     """JSON that is safe inside <script>: no "</script>", "<!--" or "&" can end or open anything."""
     return payload.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
-
-
-# --- the static picture -----------------------------------------------------------------------------------
-# One heatmap per layer (rows) and head (columns), the cell colour that head's, its opacity the weight.
-
-
-def _layout(view: HeadView):
-    T, S = len(view.tokens), len(view.key_tokens)
-    cell = 14 if max(T, S) <= 16 else 9 if max(T, S) <= 40 else 5
-    char = 6.6  # px per character at 11 px, a generous average for a sans-serif font
-    left = 8 + char * max(len(t) for t in view.tokens)
-    top_keys = 8 + char * max(len(t) for t in view.key_tokens)
-    gap, title = 16, 18
-    return T, S, cell, left, top_keys, gap, title
-
-
-def static_svg(view: HeadView) -> str:
-    """Write the static picture of ``view`` as an SVG document, from the rounded weights alone.
-
-    Deterministic by construction (plain string formatting of integers), so it can sit inside the
-    notebook's HTML output without breaking strict nbval on another machine.
-    """
-    T, S, cell, left, top_keys, gap, title = _layout(view)
-    h, n_layers = view.h, len(view.weights)
-    panel_w, panel_h = S * cell, T * cell
-    width = round(left + h * (panel_w + gap) + 8)
-    row_h = title + panel_h + gap
-    height = round(top_keys + n_layers * row_h + 4)
-    esc = html.escape
-    out = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-        f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="11">',
-        f'<rect width="{width}" height="{height}" fill="#ffffff"/>',
-    ]
-    for k in range(h):  # key labels once, above every head's column of panels
-        x0 = left + k * (panel_w + gap)
-        for j, tok in enumerate(view.key_tokens):
-            x, y = round(x0 + (j + 0.5) * cell + 3.5), round(top_keys - 4)
-            out.append(f'<text transform="translate({x} {y}) rotate(-90)" fill="#222222">{esc(tok)}</text>')
-    for layer, (name, w) in enumerate(zip(view.layer_names, view.weights)):
-        y0 = top_keys + layer * row_h + title
-        for i, tok in enumerate(view.tokens):
-            y = round(y0 + (i + 0.5) * cell + 4)
-            out.append(f'<text x="{round(left - 4)}" y="{y}" text-anchor="end" fill="#222222">{esc(tok)}</text>')
-        for k in range(h):
-            x0 = left + k * (panel_w + gap)
-            color = PALETTE[k % len(PALETTE)]
-            label = f"{name} · head {k}" if n_layers > 1 else f"head {k}"
-            out.append(f'<text x="{round(x0)}" y="{round(y0 - 5)}" fill="#222222">{esc(label)}</text>')
-            out.append(
-                f'<rect x="{round(x0)}" y="{round(y0)}" width="{panel_w}" height="{panel_h}" '
-                'fill="none" stroke="#bbbbbb"/>'
-            )
-            # One path per opacity level (in twentieths) keeps the SVG small.
-            levels: dict[int, list[str]] = {}
-            for i, row in enumerate(w[k].tolist()):
-                for j, v in enumerate(row):
-                    level = (v * 20 + _SCALE // 2) // _SCALE
-                    if level:
-                        levels.setdefault(level, []).append(
-                            f"M{round(x0 + j * cell)} {round(y0 + i * cell)}h{cell}v{cell}h-{cell}z"
-                        )
-            for level in sorted(levels):
-                out.append(f'<path d="{"".join(levels[level])}" fill="{color}" fill-opacity="{level / 20:g}"/>')
-    out.append("</svg>")
-    return "\n".join(out) + "\n"
-
-
-def static_png(view: HeadView) -> bytes:
-    """Draw the static picture of ``view`` with matplotlib (Agg, fixed dpi, no timestamp), as PNG bytes."""
-    from matplotlib.colors import LinearSegmentedColormap
-    from matplotlib.figure import Figure  # not pyplot: nothing is registered for display
-
-    T, S, cell, left, top_keys, gap, title = _layout(view)
-    h, n_layers = view.h, len(view.weights)
-    inch = 1 / _PNG_DPI
-    fig = Figure(
-        figsize=((left + h * (S * cell + gap) + 8) * inch, (top_keys + n_layers * (title + T * cell + gap)) * inch),
-        dpi=_PNG_DPI,
-        layout="constrained",
-    )
-    axes = fig.subplots(n_layers, h, squeeze=False)
-    # "$" would start matplotlib's mathtext; an escaped "\$" is drawn as a plain dollar sign.
-    tokens = [t.replace("$", r"\$") for t in view.tokens]
-    keys = [t.replace("$", r"\$") for t in view.key_tokens]
-    for layer, (name, w) in enumerate(zip(view.layer_names, view.weights)):
-        for k in range(h):
-            ax = axes[layer, k]
-            cmap = LinearSegmentedColormap.from_list(f"head{k}", ["#ffffff", PALETTE[k % len(PALETTE)]])
-            ax.imshow(w[k].numpy() / _SCALE, vmin=0.0, vmax=1.0, cmap=cmap, interpolation="nearest")
-            label = f"{name} · head {k}" if n_layers > 1 else f"head {k}"
-            ax.set_title(label.replace("$", r"\$"), fontsize=9, loc="left")
-            ax.set_yticks(range(T), labels=tokens if k == 0 else [""] * T, fontsize=8)
-            ax.set_xticks(range(S), labels=keys, fontsize=8, rotation=90)
-            ax.xaxis.tick_top()
-    buf = io.BytesIO()
-    with warnings.catch_warnings():
-        # A token in a script DejaVu Sans lacks is drawn as a box; the HTML view shows it properly.
-        warnings.filterwarnings("ignore", message=r"Glyph \d+ .*missing from font")
-        fig.savefig(buf, format="png", dpi=_PNG_DPI, metadata={"Software": None})
-    return buf.getvalue()

@@ -1,0 +1,31 @@
+"""Token labels that any picture can show: every string a tokenizer can produce, made visible and valid.
+
+Tokens are whatever a tokenizer returns: markup, control characters, right-to-left text, emoji, broken
+surrogates, empty strings, a thousand characters. The view's data keeps them exactly (JSON escapes
+everything outside ASCII); only what is *drawn* goes through :func:`display_label`.
+"""
+
+from __future__ import annotations
+
+import re
+
+# Characters XML 1.0 (so SVG) cannot hold, and ones that would draw nothing or move text around:
+# C0 controls, DEL, C1 controls, lone surrogates, and the noncharacters U+FFFE and U+FFFF.
+_INVISIBLE = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff\ufffe\uffff]")
+
+
+def _visible(match: re.Match) -> str:
+    c = ord(match.group())
+    if c < 0x20:
+        return chr(0x2400 + c)  # the Control Pictures block: "\n" is drawn as "␊"
+    if c == 0x7F:
+        return "\u2421"  # ␡
+    return f"\\x{c:02x}" if c <= 0xFF else f"\\u{c:04x}"  # C1 controls, lone surrogates, noncharacters
+
+
+def display_label(token: str, limit: int) -> str:
+    """``token`` as a picture shows it: control characters as their symbols (``"\\n"`` as ``"␊"``),
+    lone surrogates and other characters XML cannot hold as ``\\udc80``-style escapes, and at most
+    ``limit`` characters, the last one "…" when it is cut."""
+    label = _INVISIBLE.sub(_visible, token)
+    return label if len(label) <= limit else label[: limit - 1] + "\u2026"
