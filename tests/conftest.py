@@ -48,16 +48,26 @@ def pytest_addoption(parser):
     parser.addoption("--site", action="store_true", help="build the website and test it in headless Chromium")
     # tests/test_colab.py runs every notebook in a fresh venv, as Colab would: minutes, so CI asks for it.
     parser.addoption("--colab", action="store_true", help="also run every notebook as in Colab (tests/test_colab.py)")
+    # tests/test_experiment.py reruns notebook 03's sweep (minutes) and compares it with the shipped results: one CI
+    # step asks for it.
+    parser.addoption("--experiment", action="store_true",
+                     help="also rerun notebook 03's sweep and compare it with mha/data/heads_sweep.json")
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "site: builds the website and drives headless Chromium (needs --site)")
+    config.addinivalue_line("markers", "slow: takes minutes")
+    config.addinivalue_line("markers", "experiment: reruns an experiment whose results ship as package data"
+                                       " (needs --experiment)")
 
 
 def pytest_collection_modifyitems(config, items):
-    if config.getoption("--site"):
-        return
-    skip = pytest.mark.skip(reason="website test: run with --site (needs the docs extra and Chromium)")
+    skips = {}
+    if not config.getoption("--site"):
+        skips["site"] = pytest.mark.skip(reason="website test: run with --site (needs the docs extra and Chromium)")
+    if not config.getoption("--experiment"):
+        skips["experiment"] = pytest.mark.skip(reason="reruns notebook 03's sweep (minutes): run with --experiment")
     for item in items:
-        if "site" in item.keywords:
-            item.add_marker(skip)
+        for marker, skip in skips.items():
+            if marker in item.keywords:
+                item.add_marker(skip)

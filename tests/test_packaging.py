@@ -36,7 +36,7 @@ def test_python_claims_agree():
 
 def sources():
     """Every Python file of the project, and every notebook's code (IPython magics turned into Python)."""
-    for folder in ("mha", "tests", "benchmarks", "notebooks"):
+    for folder in ("mha", "tests", "benchmarks", "experiments", "notebooks"):
         for path in sorted((ROOT / folder).rglob("*.py")):
             yield path.relative_to(ROOT), path.read_text()
     transform = TransformerManager().transform_cell

@@ -1,0 +1,207 @@
+"""Notebook 03's experiments, over 5 seeds and up to 3,000 steps: too slow for a notebook, so they run here.
+
+    python experiments/heads_sweep.py                                  # 4 to 5 minutes on 2 shared cores
+    python experiments/heads_sweep.py --smoke --json /tmp/smoke.json   # seconds: proves that it runs
+
+The full sweep writes ``mha/data/heads_sweep.json``, which ships inside the package, so notebook 03 plots it
+wherever it opens, Colab included, through ``importlib.resources``; the notebook trains a few of the same models
+live and asserts that it gets the same numbers. ``tests/test_experiment.py`` reruns this script and checks that it
+reproduces the shipped file, so nothing the notebook asserts is left unrecomputed by CI.
+
+Every run is notebook 03's model (heads_task.py): one attention layer, d_model 32, Adam at lr 1e-2 on batches
+of 128 sentences, each sentence seen once, and the same 2,000 test sentences. Seeds 0-4 set the initial
+weights; the sentences are the same for every seed. The groups of runs:
+
+* ``main``: h = 1, 2, 4, 3,000 steps, test accuracy every 25 steps to 300 and every 100 after. At step 300
+  (the notebook's budget) and 3,000: the pronoun's mean weight per head on each relation's word; at step 300
+  for h = 4: the accuracy with every subset of heads removed (zeroed W_O blocks), on the test set and on a
+  separate validation set (pruning picks its order on the validation set and is scored on the test set).
+* ``mask``: 300 steps with a plain causal mask (a word may attend to itself) instead of the notebook's.
+* ``one relation``: h = 1, 300 steps, every readout asked for the same relation: one job at a time.
+* ``nouns``: h = 1 and 4, 300 steps, with 2 or 6 nouns per pronoun instead of 24.
+* ``lr``: h = 1 and 4, 300 steps, at lr 3e-3 and 3e-2.
+
+Each worker process uses one thread, as the notebook does: the matrices are tiny, one thread is the fastest,
+and training repeats bit for bit on one machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import multiprocessing
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+import heads_task as task
+
+SEEDS = (0, 1, 2, 3, 4)
+STEPS, LONG_STEPS = 300, 3000
+HEADS = (1, 2, 4)
+OUTPUT = Path(__file__).resolve().parents[1] / "mha" / "data" / "heads_sweep.json"
+
+
+def plan(seeds=SEEDS, steps=STEPS, long_steps=LONG_STEPS):
+    """Every run, as a dict of its settings; the longest first, so that two workers finish together."""
+    base = {"steps": steps, "lr": 1e-2, "mask": "look back", "nouns": 24, "relation": None}
+    runs = [base | {"group": "main", "h": h, "seed": s, "steps": long_steps} for h in HEADS for s in seeds]
+    runs += [base | {"group": "mask", "h": h, "seed": s, "mask": "causal"} for h in HEADS for s in seeds]
+    runs += [base | {"group": "one relation", "h": 1, "seed": s, "relation": r} for r in range(3) for s in seeds]
+    runs += [base | {"group": "nouns", "h": h, "seed": s, "nouns": n} for n in (2, 6) for h in (1, 4) for s in seeds]
+    runs += [base | {"group": "lr", "h": h, "seed": s, "lr": lr} for lr in (3e-3, 3e-2) for h in (1, 4) for s in seeds]
+    return runs
+
+
+def measure_points(steps, long_steps):
+    """Every 25 steps up to the notebook's budget, every 100 after it (proportionally fewer in a smoke run)."""
+    short = max(1, steps // 12)
+    return sorted(set(range(short, steps + 1, short)) | set(range(steps, long_steps + 1, 100)) | {long_steps})
+
+
+_DATA: dict = {}  # per worker: (n_nouns) -> (train, test, validation), made once
+
+
+def data(n_nouns, long_steps):
+    if n_nouns not in _DATA:
+        if 24 not in _DATA:
+            _DATA[24] = (task.make_data(long_steps * task.BATCH, task.TRAIN_SEED),
+                         task.make_data(2000, task.TEST_SEED), task.make_data(2000, task.VALIDATION_SEED))
+        _DATA[n_nouns] = tuple(task.fewer_nouns(d, n_nouns) for d in _DATA[24])
+    return _DATA[n_nouns]
+
+
+def rounded(t: torch.Tensor):
+    """4 decimals: exact for accuracies on 2,000 sentences (multiples of 0.0005), and enough for mean weights."""
+    return [round(float(a), 4) for a in t.flatten()] if t.dim() == 1 else [rounded(row) for row in t]
+
+
+def run(spec):
+    """Train one model as ``spec`` says; return the spec with its results."""
+    long_steps, steps = spec.pop("long_steps"), spec.pop("budget")
+    train, test, validation = data(spec["nouns"], long_steps)
+    if spec["relation"] is not None:
+        train, test = (task.one_relation(d, spec["relation"]) for d in (train, test))
+    points = measure_points(steps, spec["steps"]) if spec["group"] == "main" else [spec["steps"]]
+    start = time.perf_counter()
+    model, curve, kept = task.train(spec["h"], spec["seed"], train, test, steps=spec["steps"], lr=spec["lr"],
+                                    mask=task.MASKS[spec["mask"]], measure_at=points, keep_at={steps})
+    result = spec | {"curve": {str(step): rounded(acc) for step, acc in curve.items()}}
+    if spec["group"] == "main":
+        at = {steps: kept[steps], spec["steps"]: model}
+        result["weights"] = {str(step): rounded(task.relation_weights(m, test)) for step, m in at.items()}
+        if spec["h"] == 4:
+            result["removed"] = removed_heads(kept[steps], test, validation)
+    result["train_s"] = round(time.perf_counter() - start, 1)
+    return result
+
+
+def removed_heads(model, test, validation):
+    """{"0,2": {"test": (3,), "validation": (3,)}, ...}: the accuracy with each subset of heads removed."""
+    heads = range(model.attn.h)
+    out = {}
+    for k in range(len(heads) + 1):
+        for gone in itertools.combinations(heads, k):
+            pruned = task.without_heads(model, gone)
+            out[",".join(map(str, gone))] = {"test": rounded(task.accuracy(pruned, test)),
+                                             "validation": rounded(task.accuracy(pruned, validation))}
+    return out
+
+
+def _set_threads(threads):
+    torch.set_num_threads(threads)
+
+
+def sweep(seeds=SEEDS, steps=STEPS, long_steps=LONG_STEPS, workers=2, threads=1, progress=print):
+    runs = plan(seeds, steps, long_steps)
+    for spec in runs:
+        spec |= {"long_steps": long_steps, "budget": steps}
+    results = []
+    ctx = multiprocessing.get_context("spawn")  # fresh interpreters: no thread pool inherited from this one
+    with ctx.Pool(workers, initializer=_set_threads, initargs=(threads,)) as pool:
+        for result in pool.imap_unordered(run, runs):
+            results.append(result)
+            progress(f"[{len(results):3d}/{len(runs)}] {describe(result)}")
+    order = {key(spec): i for i, spec in enumerate(plan(seeds, steps, long_steps))}
+    return sorted(results, key=lambda r: order[key(r)])
+
+
+def key(spec):
+    return tuple(spec[k] for k in ("group", "h", "seed", "mask", "nouns", "relation", "lr"))
+
+
+def setting(r):
+    """What sets a run apart from the notebook's: "3000 steps", "mask causal", "2 nouns", "lr 0.03"..."""
+    if r["group"] == "one relation":
+        return f"only {task.RELATIONS[r['relation']]}"
+    return {"main": f"{r['steps']} steps", "mask": f"mask {r['mask']}", "nouns": f"{r['nouns']} nouns",
+            "lr": f"lr {r['lr']:g}"}[r["group"]]
+
+
+def describe(r):
+    final = r["curve"][str(r["steps"])]
+    return (f"{r['group']:12s} h={r['h']} seed {r['seed']} {setting(r):18s} "
+            + "  ".join(f"{name} {a:.2f}" for name, a in zip(task.RELATIONS, final)) + f"  ({r['train_s']} s)")
+
+
+def summary(results, steps):
+    """Mean [min, max] over seeds of the final test accuracies, per setting: the table the notebook states."""
+    groups: dict = {}
+    for r in results:
+        if r["group"] == "main":  # the notebook's budget, and the long one
+            for step in dict.fromkeys([str(steps), str(r["steps"])]):
+                groups.setdefault(f"h={r['h']}, {step} steps", []).append(r["curve"][step])
+        else:
+            groups.setdefault(f"h={r['h']}, {setting(r)}", []).append(r["curve"][str(r["steps"])])
+    lines = [f"{'setting':28s}" + "".join(f"{name:>20s}" for name in task.RELATIONS)]
+    for name, accs in groups.items():
+        acc = torch.tensor(accs)
+        lines.append(f"{name:28s}" + "".join(
+            f"{m:8.2f} [{lo:.2f}, {hi:.2f}]" for m, lo, hi in zip(acc.mean(0), acc.min(0).values, acc.max(0).values)))
+    return "\n".join(lines)
+
+
+def machine(workers, threads):
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__,
+            "workers": workers, "threads per worker": threads}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--json", type=Path, default=OUTPUT, help=f"where to write the results (default {OUTPUT})")
+    parser.add_argument("--workers", type=int, default=2, help="processes; each trains one model at a time")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads per process (1, as the notebook)")
+    parser.add_argument("--smoke", action="store_true", help="one seed, a few steps: proves that it runs")
+    args = parser.parse_args(argv)
+    setting = {"seeds": (0,), "steps": 24, "long_steps": 48} if args.smoke else {}
+    start = time.perf_counter()
+    results = sweep(**setting, workers=args.workers, threads=args.threads)
+    wall = time.perf_counter() - start
+    steps = setting.get("steps", STEPS)
+    config = {"smoke": args.smoke, "seeds": list(setting.get("seeds", SEEDS)), "steps": steps,
+              "long_steps": setting.get("long_steps", LONG_STEPS), "batch": task.BATCH, "d_model": 32,
+              "test sentences": 2000, "validation sentences": 2000,
+              "sentence seeds": {"train": task.TRAIN_SEED, "test": task.TEST_SEED,
+                                 "validation": task.VALIDATION_SEED},
+              "relations": task.RELATIONS}
+    out = {"about": __doc__.split("\n\n")[0], "config": config, "machine": machine(args.workers, args.threads),
+           "wall_s": round(wall, 1), "runs": results}
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(out, indent=1) + "\n")
+    print(summary(results, steps))
+    print(f"{len(results)} runs in {wall:.0f} s with {args.workers} workers; written to {args.json}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
