@@ -48,6 +48,9 @@ def pytest_addoption(parser):
     parser.addoption("--site", action="store_true", help="build the website and test it in headless Chromium")
     # tests/test_colab.py runs every notebook in a fresh venv, as Colab would: minutes, so CI asks for it.
     parser.addoption("--colab", action="store_true", help="also run every notebook as in Colab (tests/test_colab.py)")
+    # tests/test_packaging.py builds the sdist and wheel, checks them, and installs the wheel with only torch and
+    # the declared dependencies into a fresh venv: a minute or two, so CI and the release workflow ask for it.
+    parser.addoption("--package", action="store_true", help="also build, check and install the package in a fresh venv")
 
 
 def pytest_configure(config):
