@@ -43,7 +43,7 @@ def graphs():
 
 
 # The website tests (tests/test_site.py) build the site and drive headless Chromium. They run with
-# --site, which the README's test command and CI pass; without it they are skipped, and say why.
+# --site, which CONTRIBUTING.md's test command and CI pass; without it they are skipped, and say why.
 def pytest_addoption(parser):
     parser.addoption("--site", action="store_true", help="build the website and test it in headless Chromium")
     # tests/test_colab.py runs every notebook in a fresh venv, as Colab would: minutes, so CI asks for it.
