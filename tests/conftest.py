@@ -55,6 +55,8 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "site: builds the website and drives headless Chromium (needs --site)")
+    # The edit-and-test loop (CONTRIBUTING.md) leaves these out: python -m pytest -m "not slow" tests
+    config.addinivalue_line("markers", "slow: takes more than a few seconds; -m 'not slow' leaves it out")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -126,6 +126,7 @@ print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024)  # r
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(sys.platform != "linux", reason="reads the peak resident memory (ru_maxrss) as Linux reports it")
 @pytest.mark.parametrize(
     "d_model, h, B, T, grow",

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import nbformat
+import pytest
 from nbval.plugin import coalesce_streams
 from tqdm import tqdm
 
@@ -56,6 +57,7 @@ def run_execute(path, *args):
     assert r.returncode == 0, r.stderr[-3000:]
 
 
+@pytest.mark.slow
 def test_rerun_leaves_the_notebook_unchanged(tmp_path):
     progress = (
         "import sys\nfrom tqdm import tqdm\n"
