@@ -76,8 +76,12 @@ def colab(request, tmp_path_factory):
     run(sys.executable, "-m", "venv", venv)
     run(python, "-m", "pip", "install", "-q", f"torch=={torch.__version__}", *COLAB_HAS)
     index = simple_index(root, build_wheel(root))
-    nothing = root / "empty"  # find-links that finds nothing: this machine's own (PIP_FIND_LINKS) must not leak in
-    nothing.mkdir()
+    # The kernels inherit this process's environment: none of this machine's pip settings (indexes, find-links)
+    # may reach the notebooks' pip, so that the local index below is all it can see.
+    unset = pytest.MonkeyPatch()
+    request.addfinalizer(unset.undo)
+    for key in [k for k in os.environ if k.startswith("PIP_")]:
+        unset.delenv(key)
 
     stub = root / "colab-stub" / "google" / "colab"
     stub.mkdir(parents=True)
@@ -89,7 +93,6 @@ def colab(request, tmp_path_factory):
         "PYTHONPATH": str(stub.parents[1]),  # the stand-in only: not this checkout, so mha is not importable
         "IPYTHONDIR": str(root / "ipython"),
         "PIP_CONFIG_FILE": os.devnull,  # no pip configuration of this machine (indexes, find-links, constraints)
-        "PIP_FIND_LINKS": str(nothing),
         "PIP_DISABLE_PIP_VERSION_CHECK": "1",
         "MPLBACKEND": "module://matplotlib_inline.backend_inline",
     }

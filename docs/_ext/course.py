@@ -4,12 +4,11 @@
   becomes a page; the Colab badge's image becomes a local copy, so pages load nothing from the internet.
   Copies of notebooks that no longer exist are removed.
 - Fills placeholders in the Markdown pages:
-  ``<!-- mha:series -->``            the notebooks in order, with their titles and the README's one-liners;
-  ``<!-- mha:cards -->``             the same as cards: number, title, one-liner, "Read" and "Open in Colab";
+  ``<!-- mha:cards -->``             the notebooks in order as cards: number, title, the README's one-liner,
+                                     "Read" and "Open in Colab";
   ``<!-- mha:api TOPIC -->``         the API reference of one topic (API_TOPICS below): every public name
                                      of mha, mha.plot, mha.parallel and mha.exercises has exactly one;
   ``<!-- mha:exercises -->``         each notebook's exercises section, and the solutions notebooks;
-  ``<!-- mha:readme SECTION -->``    the README's section of that title (included, not copied);
   ``[[nb:SLUG]]``                    a link to the notebook whose file name contains SLUG, or plain text
                                      if there is none yet (so pages survive a renumbering);
   ``[[repo]]``                       the repository URL, pyproject's [project.urls] Homepage;
@@ -123,16 +122,6 @@ def label(docname: str, path: Path) -> str:
     return f"{number.group(1)} · {name}" if number else name
 
 
-def series_markdown(prefix: str) -> str:
-    lines = []
-    for docname, path in sources().items():
-        if docname.startswith("notebooks/solutions/"):
-            continue
-        line = readme_line(path)
-        lines.append(f"- [**{label(docname, path)}**]({prefix}{docname}.ipynb)" + (f": {line}" if line else ""))
-    return "\n".join(lines)
-
-
 def cards_html(prefix: str) -> str:
     """The series as cards (raw HTML: MyST passes it through): each notebook's page and its Colab link."""
     colab = "https://colab.research.google.com/github/" + repo_url().removeprefix("https://github.com/")
@@ -241,14 +230,6 @@ def exercises_markdown(prefix: str) -> str:
     return text
 
 
-def readme_section(name: str) -> str:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    m = re.search(rf"^## {re.escape(name)}\n(.*?)(?=^## |\Z)", text, flags=re.M | re.S)
-    if not m:
-        raise ConfigError(f'README.md has no "## {name}" section for the page that includes it')
-    return m.group(1).strip()
-
-
 def notebook_link(slug: str, prefix: str) -> str:
     for docname, path in sources().items():
         if slug in path.stem and not docname.startswith("notebooks/solutions/"):
@@ -265,11 +246,9 @@ def fill_placeholders(app: Sphinx, docname: str, source: list[str]) -> None:
         return
     prefix = "../" * docname.count("/")
     text = source[0]
-    text = text.replace("<!-- mha:series -->", series_markdown(prefix))
     text = text.replace("<!-- mha:cards -->", cards_html(prefix))
     text = re.sub(r"<!-- mha:api (\w+) -->", lambda m: api_rst(m.group(1)), text)
     text = text.replace("<!-- mha:exercises -->", exercises_markdown(prefix))
-    text = re.sub(r"<!-- mha:readme (.+?) -->", lambda m: readme_section(m.group(1)), text)
     text = re.sub(r"\[\[nb:(\w+)\]\]", lambda m: notebook_link(m.group(1), prefix), text)
     text = text.replace("[[repo]]", repo_url())
     text = text.replace("[[version]]", version())
