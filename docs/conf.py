@@ -1,6 +1,8 @@
 """Sphinx configuration for the course website.
 
-Build (from the repository root):  python -m sphinx -W --keep-going -b html docs docs/_build/html
+Build (from the repository root):
+    python -m sphinx -W --keep-going -b html -d docs/_build/doctrees docs docs/_build/html
+docs/_build/html is then exactly what gets published (the doctrees live beside it, not in it).
 The notebooks are rendered with the outputs they were committed with (nbval checks those); nothing is
 executed. docs/_ext/course.py finds the notebooks and fills in the generated parts of the pages;
 docs/_ext/sitecheck.py checks every link and image of the result.
@@ -46,6 +48,14 @@ html_theme = "sphinx_book_theme"
 html_title = "mha · multi-head attention"
 html_static_path = ["_static"]
 html_css_files = ["course.css"]
+# Only what a reader needs is published: no copies of the page sources (the notebooks are one click away, in the
+# repository and in Colab). docs/_ext/course.py also removes the theme's source maps from the build.
+html_copy_source = False
+html_show_sourcelink = False
+# One search box, the header's: the theme would put a second one at the top of the sidebar. On notebook pages the
+# sections are listed in the left sidebar instead of a right-hand one, so code and figures get the width.
+_NAV = ["navbar-logo.html", "icon-links.html", "sbt-sidebar-nav.html"]
+html_sidebars = {"*": _NAV, "notebooks/**": [*_NAV, "page-toc.html"]}  # "*": the pages outside notebooks/
 html_favicon = "_static/favicon.svg"  # without one, browsers ask the server for /favicon.ico (a 404)
 html_context = {"default_mode": "auto"}  # light or dark, as the reader's system is
 html_theme_options = {
@@ -56,6 +66,8 @@ html_theme_options = {
     "launch_buttons": {"colab_url": "https://colab.research.google.com"},
     "home_page_in_toc": True,
     "show_navbar_depth": 1,
+    "secondary_sidebar_items": {"*": ["page-toc.html"], "notebooks/**": []},
+    "use_download_button": False,  # it offers the page's source, which is not published (html_copy_source)
 }
 html_last_updated_fmt = None
 html_math_renderer = "mathml"  # docs/_ext/mathml.py: MathML made at build time, no MathJax from a CDN

@@ -13,7 +13,7 @@ from .masks import as_keep_mask, causal_mask, padding_mask, to_additive_mask, to
 from .multihead import MultiHeadAttention
 from .parameters import ParameterCount, count_parameters
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 __all__ = [
     "KVCache",

@@ -1,11 +1,14 @@
-"""python -m mha: the article's walk-through, headless."""
+"""python -m mha: the article's walk-through, headless. Sizes that would need more than 1 GiB are refused."""
 
 import argparse
 import sys
 
-from .walkthrough import walkthrough
+from .walkthrough import memory_needed, walkthrough
 
 SEED_MAX = 2**64 - 1  # torch.manual_seed takes 0 .. 0xffff_ffff_ffff_ffff (and remaps negatives: we refuse them)
+# A walk-through to read, not a benchmark: sizes that need more memory than this are refused before anything is
+# allocated (case C21: --tokens 5000 took 10.8 GiB, larger sizes died inside the allocator).
+BUDGET = 2**30  # bytes, 1 GiB
 
 
 class _Parser(argparse.ArgumentParser):
@@ -42,9 +45,43 @@ def main(argv=None) -> int:
         divisors = [h for h in range(1, min(args.d_model, 64) + 1) if args.d_model % h == 0]
         parser.error(f"--d-model {args.d_model} is not divisible by --heads {args.heads}: each head gets "
                      f"d_model / h dimensions (try --heads in {divisors})")
+    over_budget = _over_budget(args)
+    if over_budget:
+        parser.error(over_budget)
     lines = walkthrough(args.d_model, args.heads, args.batch, args.tokens, args.seed)
     print("\n".join(lines))
     return 0
+
+
+def _over_budget(args) -> str | None:
+    """Why these sizes are refused (what they would need, and the largest that fits), or None if they fit."""
+    sizes = {"d_model": args.d_model, "h": args.heads, "B": args.batch, "T": args.tokens}
+    need = memory_needed(**sizes)
+    if need <= BUDGET:
+        return None
+    fits = [f"{option} {n}" for option, name in (("--tokens", "T"), ("--batch", "B"))
+            if (n := _largest_fitting(sizes, name))]
+    fits = fits or [f"--d-model {_largest_fitting(sizes, 'd_model')}"]  # the weights alone are too big
+    hint = f"; with the other options as they are, at most {' or '.join(fits)} fits"
+    return (f"--d-model {args.d_model} --heads {args.heads} --batch {args.batch} --tokens {args.tokens} would "
+            f"need about {_gib(need)} of memory, more than the {_gib(BUDGET)} this walk-through allows{hint}")
+
+
+def _largest_fitting(sizes: dict, name: str) -> int:
+    """The largest value of one size (0 if none) that fits the budget with the others unchanged; d_model stays a
+    multiple of h."""
+    step = sizes["h"] if name == "d_model" else 1
+    low, high = 0, 1  # memory_needed grows with each size: double, then bisect (in multiples of step)
+    while memory_needed(**{**sizes, name: high * step}) <= BUDGET:
+        low, high = high, 2 * high
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (mid, high) if memory_needed(**{**sizes, name: mid * step}) <= BUDGET else (low, mid)
+    return low * step
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:,.1f} GiB"
 
 
 if __name__ == "__main__":

@@ -16,6 +16,22 @@ from .masks import causal_mask, to_torch_attn_mask
 from .multihead import MultiHeadAttention
 from .parameters import count_parameters
 
+# What walkthrough() keeps alive at its peak, in float64 numbers, measured (peak RSS over a warmed-up process)
+# and rounded up: about 7.5 (B, h, T, T) weight tables (its own scores and weights, nn.MultiheadAttention's,
+# the fused path's and the module's), about 28 (B, T, d_model) activations, and about 8.5 d_model^2 weight
+# matrices (the layer in float32 and float64, its nn.MultiheadAttention copy, the one-head layer it counts).
+# tests/test_cli.py measures the peak at the largest sizes `python -m mha` accepts, one per term.
+_TABLES, _ACTIVATIONS, _WEIGHTS = 9, 36, 10
+
+
+def memory_needed(d_model: int, h: int, B: int, T: int) -> int:
+    """Bytes that ``walkthrough(d_model, h, B, T)`` needs at its peak: an upper bound, known before it allocates.
+
+    All float64 (8 bytes a number): ``8 * (9 B h T^2 + 36 B T d_model + 10 d_model^2)``. The first term, the
+    (B, h, T, T) attention weights that the walk-through computes four ways, dominates at any long sequence.
+    """
+    return 8 * (_TABLES * B * h * T * T + _ACTIVATIONS * B * T * d_model + _WEIGHTS * d_model * d_model)
+
 
 def walkthrough(d_model: int = 32, h: int = 4, B: int = 2, T: int = 6, seed: int = 0) -> list[str]:
     """Run one causal self-attention step by step and describe it, one line per step.

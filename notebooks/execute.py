@@ -15,6 +15,10 @@ a re-run change the file when nothing really changed:
   keeps its stored output when the new one differs only in its numbers. Pass
   ``--refresh-timing`` to store the new numbers anyway, e.g. after a change that makes
   something faster.
+
+When a cell raises, the notebook is left as it was, and the script says which notebook and
+which cell (its index among all cells, from 0, and its first line), the error, then the cell's
+own traceback without colour codes, and exits with status 1.
 """
 
 import argparse
@@ -22,14 +26,25 @@ import copy
 import json
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import nbformat
 from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError
 
 HERE = Path(__file__).resolve().parent
 KERNELSPEC = {"display_name": "Python 3", "language": "python", "name": "python3"}
 IGNORE_MARK = "NBVAL_IGNORE_OUTPUT"
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # colour codes in IPython's tracebacks
+
+
+class CellFailed(Exception):
+    """A cell raised: the message names the notebook, the cell and the error; ``traceback`` is the cell's own."""
+
+    def __init__(self, message: str, traceback: str):
+        super().__init__(message)
+        self.traceback = traceback
 
 
 def execute(path: Path, refresh_timing: bool = False) -> None:
@@ -39,8 +54,13 @@ def execute(path: Path, refresh_timing: bool = False) -> None:
     client = NotebookClient(
         nb, timeout=600, kernel_name="python3", record_timing=False,
         resources={"metadata": {"path": str(path.parent)}},
+        # ipykernel 7 logs a warning about TCP without encryption at every start; errors still show.
+        extra_arguments=["--IPKernelApp.log_level=ERROR"],
     )
-    client.execute()
+    try:
+        client.execute()
+    except CellExecutionError as err:
+        raise failed_cell(path, nb, err) from None
     nb.metadata = {"kernelspec": KERNELSPEC, "language_info": {"name": "python"}}
     for cell, old in zip(nb.cells, stored):
         cell.metadata.pop("execution", None)
@@ -52,6 +72,20 @@ def execute(path: Path, refresh_timing: bool = False) -> None:
             cell.outputs = old
     nbformat.write(nb, path)
     print(f"executed {path.name}")
+
+
+def failed_cell(path: Path, nb, err: CellExecutionError) -> CellFailed:
+    """Which cell raised (nbclient stores its error output before raising) and what, in one line."""
+    index, cell = next(((i, c) for i, c in enumerate(nb.cells) if any(
+        o.get("output_type") == "error" for o in c.get("outputs", []))), (None, None))
+    error = f"{err.ename}: {err.evalue}" if err.evalue else err.ename
+    if cell is None:  # not an error output (e.g. a failure nbclient reports without one): its own message
+        return CellFailed(f"{path}: a cell failed: {error}", ANSI.sub("", str(err)))
+    first = next((line.strip() for line in cell.source.splitlines() if line.strip()), "")
+    first = first if len(first) <= 80 else first[:77] + "..."
+    traceback = "\n".join(ANSI.sub("", line) for out in cell.outputs if out.get("output_type") == "error"
+                          for line in out.get("traceback", []))
+    return CellFailed(f"{path}: cell {index} ({first!r}) raised {error}", traceback)
 
 
 def committed_sources(path: Path) -> dict:
@@ -113,8 +147,14 @@ def main(argv=None) -> None:
                         help="store new outputs in NBVAL_IGNORE_OUTPUT cells even if only their numbers changed")
     args = parser.parse_args(argv)
     for p in args.paths or sorted(HERE.glob("*.ipynb")):
-        execute(p, refresh_timing=args.refresh_timing)
+        try:
+            execute(p, refresh_timing=args.refresh_timing)
+        except CellFailed as failed:
+            print(f"execute.py: {failed} (the notebook was not changed)", file=sys.stderr)
+            print(failed.traceback, file=sys.stderr)
+            return 1
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

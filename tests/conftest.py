@@ -43,7 +43,7 @@ def graphs():
 
 
 # The website tests (tests/test_site.py) build the site and drive headless Chromium. They run with
-# --site, which the README's test command and CI pass; without it they are skipped, and say why.
+# --site, which CONTRIBUTING.md's test command and CI pass; without it they are skipped, and say why.
 def pytest_addoption(parser):
     parser.addoption("--site", action="store_true", help="build the website and test it in headless Chromium")
     # tests/test_colab.py runs every notebook in a fresh venv, as Colab would: minutes, so CI asks for it.
@@ -52,13 +52,17 @@ def pytest_addoption(parser):
     # step asks for it.
     parser.addoption("--experiment", action="store_true",
                      help="also rerun notebook 03's sweep and compare it with mha/data/heads_sweep.json")
+    # tests/test_packaging.py builds the sdist and wheel, checks them, and installs the wheel with only torch and
+    # the declared dependencies into a fresh venv: a minute or two, so CI and the release workflow ask for it.
+    parser.addoption("--package", action="store_true", help="also build, check and install the package in a fresh venv")
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "site: builds the website and drives headless Chromium (needs --site)")
-    config.addinivalue_line("markers", "slow: takes minutes")
     config.addinivalue_line("markers", "experiment: reruns an experiment whose results ship as package data"
                                        " (needs --experiment)")
+    # The edit-and-test loop (CONTRIBUTING.md) leaves these out: python -m pytest -m "not slow" tests
+    config.addinivalue_line("markers", "slow: takes more than a few seconds; -m 'not slow' leaves it out")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -6,7 +6,9 @@ import sys
 
 import pytest
 
-from mha.__main__ import main
+import mha.__main__ as cli
+from mha.__main__ import BUDGET, main
+from mha.walkthrough import memory_needed
 
 
 def run(*args):
@@ -67,3 +69,87 @@ def test_seed_range_is_what_torch_accepts(capsys):
     assert f"from 0 to {top}" in capsys.readouterr().err
     assert main(["--seed", str(top)]) == 0  # the largest seed torch.manual_seed takes
     assert "module == step by step" in capsys.readouterr().out
+
+
+# --- C21: sizes the walk-through cannot hold -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args, shown",
+    [
+        (["--tokens", "5000"], "--tokens 5000"),  # 10.8 GiB before the fix, after 32 s
+        (["--tokens", "100000"], "--tokens 100000"),  # a raw allocator traceback before
+        (["--batch", "100000", "--tokens", "100"], "--batch 100000"),  # 14.6 GiB, then a traceback
+        (["--d-model", "100000", "--heads", "4", "--tokens", "1", "--batch", "1"], "--d-model 100000"),  # weights
+    ],
+)
+def test_C21_a_size_over_the_memory_budget_is_refused_before_allocating(args, shown, capsys, monkeypatch):
+    def must_not_run(*a, **kw):
+        raise AssertionError("the walk-through started: the size was not refused before allocating")
+
+    monkeypatch.setattr(cli, "walkthrough", must_not_run)
+    with pytest.raises(SystemExit) as exit_:
+        main(args)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.count("\n") == 1, err
+    assert shown in err and "GiB" in err and "1.0 GiB this walk-through allows" in err, err
+    # It names what the sizes would need, and that number is the estimate's.
+    sizes = dict(zip(("--d-model", "--heads", "--batch", "--tokens"), (32, 4, 2, 6)))
+    sizes.update(zip(args[::2], map(int, args[1::2])))
+    need = memory_needed(sizes["--d-model"], sizes["--heads"], sizes["--batch"], sizes["--tokens"])
+    assert f"about {need / 2**30:,.1f} GiB" in err, err
+    # The suggested size fits and is accepted; one more does not.
+    option, largest = re.search(r"at most (--[a-z-]+) (\d+)", err).groups()
+    fitting = {**sizes, option: int(largest)}
+    assert memory_needed(*(fitting[o] for o in ("--d-model", "--heads", "--batch", "--tokens"))) <= BUDGET
+    step = sizes["--heads"] if option == "--d-model" else 1
+    over = {**sizes, option: int(largest) + step}
+    assert memory_needed(*(over[o] for o in ("--d-model", "--heads", "--batch", "--tokens"))) > BUDGET
+
+
+def test_C21_refused_in_one_line_from_the_command_line():
+    r = run("--tokens", "5000")
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
+    assert r.stderr.startswith("python -m mha: error: --d-model 32 --heads 4 --batch 2 --tokens 5000 would need about")
+
+
+PEAK = """
+import gc, resource, sys
+import torch
+from mha.walkthrough import walkthrough
+walkthrough(8, 2, 1, 4)  # imports, kernels and allocator pools warmed up outside the measurement
+gc.collect()
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+walkthrough(*map(int, sys.argv[1:]))
+print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024)  # ru_maxrss is in KiB on Linux
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(sys.platform != "linux", reason="reads the peak resident memory (ru_maxrss) as Linux reports it")
+@pytest.mark.parametrize(
+    "d_model, h, B, T, grow",
+    [
+        (32, 4, 2, 0, "T"),  # the (B, h, T, T) weight tables dominate
+        (1024, 1, 0, 64, "B"),  # the (B, T, d_model) activations dominate
+        (0, 4, 1, 1, "d_model"),  # the d_model x d_model weights dominate
+    ],
+    ids=["tables", "activations", "weights"],
+)
+def test_C21_the_largest_accepted_sizes_run_within_the_budget(d_model, h, B, T, grow):
+    """At the largest size `python -m mha` accepts, the walk-through's peak memory is within the budget, and the
+    estimate is not so loose that it refuses sizes far below it."""
+    sizes = {"d_model": d_model, "h": h, "B": B, "T": T}
+    sizes[grow] = cli._largest_fitting(sizes, grow)
+    need = memory_needed(**sizes)
+    assert 0.9 * BUDGET < need <= BUDGET  # the edge: one size step more is refused
+    args = [str(sizes[k]) for k in ("d_model", "h", "B", "T")]
+    r = subprocess.run([sys.executable, "-c", PEAK, *args], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    peak = int(r.stdout)
+    print(f"{sizes}: estimate {need / 2**20:.0f} MiB, measured peak {peak / 2**20:.0f} MiB")
+    assert peak <= need <= BUDGET
+    # And a bound, not a guess far too high: measured peaks have been 0.57 to 0.97 of the estimate, depending on the
+    # machine's load and the allocator's reuse of freed pages.
+    assert peak >= 0.4 * need

@@ -1,15 +1,19 @@
 """Every notebook runs in Colab with nothing but its own install cell: simulated here, without network.
 
 The simulation: a fresh venv with torch preinstalled (this environment's torch, from local disk) and what Colab
-also has (ipykernel, matplotlib, tqdm), but not mha; a stand-in ``google.colab`` module that the kernel imports at
-start-up, as Colab's does; each notebook copied alone into an empty folder; its install cell's URL
-(``git+https://github.com/...@v<version>``) replaced by a copy of this working tree. pip then runs with no index
-at all (only a folder holding setuptools, for building the package), so it cannot fetch anything: the install
-must be satisfied by the preinstalled torch, which must stay exactly as it was (version, path, file).
+also has (ipykernel, matplotlib, tqdm, and so numpy), but not mha; a stand-in ``google.colab`` module that the
+kernel imports at start-up, as Colab's does; each notebook copied alone into an empty folder and run as committed.
+Its install cell runs ``pip install mha==<version>``, and pip's only index is a local one (PEP 503, a folder)
+serving the wheel built from this working tree: the cell must install the package by its pinned name, and keep
+the preinstalled torch exactly as it was (version, path, file).
+
+The failure path: the same install cell with no index at all raises one clear error that names the package and
+says what to do, and no cell after it runs.
 
 It takes minutes, so it runs only with ``--colab`` (.ci/run does).
 """
 
+import hashlib
 import json
 import os
 import shutil
@@ -23,10 +27,11 @@ import torch
 from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import KernelManager
 from nbclient import NotebookClient
-from test_notebooks import NOTEBOOKS, REPO_URL, SOLUTIONS, VERSION, cells, source
+from nbclient.exceptions import CellExecutionError
+from test_notebooks import NOTEBOOKS, SOLUTIONS, VERSION, cells, source
 
 ROOT = Path(__file__).resolve().parents[1]
-INSTALL_URL = f"git+{REPO_URL}@v{VERSION}"
+PINNED = f"mha=={VERSION}"
 COLAB_HAS = ["ipykernel", "matplotlib", "tqdm"]  # besides torch; all preinstalled in Colab
 
 
@@ -34,6 +39,32 @@ def run(*cmd, **kw):
     r = subprocess.run([str(c) for c in cmd], **{"capture_output": True, **kw}, text=True)
     assert r.returncode == 0, f"{cmd}:\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}"
     return r.stdout
+
+
+def build_wheel(root: Path) -> Path:
+    """The wheel of the working tree as it is, committed or not, built as a release builds it (sdist, then wheel)."""
+    checkout = root / "checkout"
+    for rel in run("git", "ls-files", "--cached", "--others", "--exclude-standard", cwd=ROOT).splitlines():
+        if (ROOT / rel).is_file():
+            (checkout / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / rel, checkout / rel)
+    dist = root / "dist"
+    run(sys.executable, "-m", "build", "--no-isolation", "--outdir", dist, checkout)
+    (wheel,) = dist.glob("*.whl")
+    assert wheel.name == f"mha-{VERSION}-py3-none-any.whl"
+    return wheel
+
+
+def simple_index(root: Path, wheel: Path) -> Path:
+    """A PEP 503 index, as a folder, with one project and one file: what pip sees at pypi.org/simple."""
+    project = root / "index" / "simple" / "mha"
+    project.mkdir(parents=True)
+    shutil.copy2(wheel, project / wheel.name)
+    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    (project / "index.html").write_text(
+        f'<!DOCTYPE html><html><body><a href="{wheel.name}#sha256={digest}">{wheel.name}</a></body></html>\n')
+    (project.parent / "index.html").write_text('<!DOCTYPE html><html><body><a href="mha/">mha</a></body></html>\n')
+    return project.parent
 
 
 @pytest.fixture(scope="module")
@@ -44,15 +75,13 @@ def colab(request, tmp_path_factory):
     venv, python = root / "venv", root / "venv" / "bin" / "python"
     run(sys.executable, "-m", "venv", venv)
     run(python, "-m", "pip", "install", "-q", f"torch=={torch.__version__}", *COLAB_HAS)
-    wheels = root / "wheels"  # all that pip may use in the notebooks: the build backend, nothing else
-    run(python, "-m", "pip", "download", "-q", "--no-deps", "--only-binary", ":all:", "-d", wheels,
-        "setuptools>=77")
-
-    source_tree = root / "checkout"  # the working tree as it is, committed or not (git+file:// would take HEAD)
-    for rel in run("git", "ls-files", "--cached", "--others", "--exclude-standard", cwd=ROOT).splitlines():
-        if (ROOT / rel).is_file():
-            (source_tree / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / rel, source_tree / rel)
+    index = simple_index(root, build_wheel(root))
+    # The kernels inherit this process's environment: none of this machine's pip settings (indexes, find-links)
+    # may reach the notebooks' pip, so that the local index below is all it can see.
+    unset = pytest.MonkeyPatch()
+    request.addfinalizer(unset.undo)
+    for key in [k for k in os.environ if k.startswith("PIP_")]:
+        unset.delenv(key)
 
     stub = root / "colab-stub" / "google" / "colab"
     stub.mkdir(parents=True)
@@ -64,19 +93,20 @@ def colab(request, tmp_path_factory):
         "PYTHONPATH": str(stub.parents[1]),  # the stand-in only: not this checkout, so mha is not importable
         "IPYTHONDIR": str(root / "ipython"),
         "PIP_CONFIG_FILE": os.devnull,  # no pip configuration of this machine (indexes, find-links, constraints)
-        "PIP_NO_INDEX": "1",
-        "PIP_FIND_LINKS": str(wheels),
         "PIP_DISABLE_PIP_VERSION_CHECK": "1",
         "MPLBACKEND": "module://matplotlib_inline.backend_inline",
     }
     kernels = root / "kernels"
-    (kernels / "colab").mkdir(parents=True)
-    (kernels / "colab" / "kernel.json").write_text(json.dumps({
-        "argv": [str(python), "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": "Colab (simulated)", "language": "python", "env": env,
-    }))
-    return {"root": root, "python": python, "source": source_tree, "env": {**os.environ, **env},
-            "kernels": kernels, "torch": torch_identity(python)}
+    online = {**env, "PIP_INDEX_URL": index.as_uri()}  # the local index stands in for PyPI
+    offline = {**env, "PIP_NO_INDEX": "1"}  # no index at all: the install must fail
+    for name, kernel_env in (("colab", online), ("colab-offline", offline)):
+        (kernels / name).mkdir(parents=True)
+        (kernels / name / "kernel.json").write_text(json.dumps({
+            "argv": [str(python), "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+            "display_name": f"Colab (simulated, {name})", "language": "python", "env": kernel_env,
+        }))
+    return {"root": root, "python": python, "env": {**os.environ, **online}, "kernels": kernels,
+            "torch": torch_identity(python)}
 
 
 def torch_identity(python):
@@ -85,28 +115,58 @@ def torch_identity(python):
     return run(python, "-c", code, cwd=python.parents[2] / "kernels")
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS + SOLUTIONS, ids=lambda p: p.name)
-def test_notebook_runs_in_colab_with_only_its_install_cell(path, colab):
-    python, env = colab["python"], colab["env"]
-    outside = {"env": env, "cwd": colab["root"] / "kernels", "capture_output": True}  # no mha/ in this folder
-    subprocess.run([str(python), "-m", "pip", "uninstall", "-q", "-y", "mha"], **outside)
-    absent = subprocess.run([str(python), "-c", "import mha"], **outside)
+def fresh_notebook(colab, path):
+    """mha uninstalled (and shown not importable), the notebook copied alone into an empty folder: its code as
+    committed, its outputs cleared."""
+    outside = {"env": colab["env"], "cwd": colab["root"] / "kernels", "capture_output": True}  # no mha/ here
+    subprocess.run([str(colab["python"]), "-m", "pip", "uninstall", "-q", "-y", "mha"], **outside)
+    absent = subprocess.run([str(colab["python"]), "-c", "import mha"], **outside)
     assert absent.returncode != 0, "mha is importable before the install cell runs"
-
-    folder = colab["root"] / path.stem  # the notebook alone, in an empty folder
-    folder.mkdir()
+    folder = colab["root"] / path.stem
+    folder.mkdir(exist_ok=True)
     nb = nbformat.read(path, as_version=4)
     install = next(c for c in nb.cells if c.cell_type == "code")
-    assert install.source.count(INSTALL_URL) == 1 and install.source == source(cells(path, "code")[0])
-    install.source = install.source.replace(INSTALL_URL, str(colab["source"]))
+    assert install.source == source(cells(path, "code")[0]) and install.source.count(f'"{PINNED}"') == 1
+    for cell in nb.cells:  # the stored outputs cleared, so that what a run leaves is what it did
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
     nbformat.write(nb, folder / path.name)
+    return nb, folder, outside
 
-    km = KernelManager(kernel_name="colab", kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(colab["kernels"])]))
-    client = NotebookClient(nb, km=km, timeout=600, resources={"metadata": {"path": str(folder)}})
-    client.execute()  # raises CellExecutionError, with the cell and its traceback, if any cell fails
+
+def client(colab, nb, folder, kernel):
+    km = KernelManager(kernel_name=kernel, kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(colab["kernels"])]))
+    return NotebookClient(nb, km=km, timeout=600, resources={"metadata": {"path": str(folder)}})
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS + SOLUTIONS, ids=lambda p: p.name)
+def test_notebook_runs_in_colab_with_only_its_install_cell(path, colab):
+    nb, folder, outside = fresh_notebook(colab, path)
+    client(colab, nb, folder, "colab").execute()  # raises CellExecutionError, with the cell and traceback, if any fails
 
     stderr = [o.text for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.get("name") == "stderr"]
     assert not stderr, stderr
-    installed = run(python, "-c", "import mha; print(mha.__version__, mha.__file__)", **outside).split()
+    installed = run(colab["python"], "-c", "import mha; print(mha.__version__, mha.__file__)", **outside).split()
     assert installed[0] == VERSION and str(colab["root"] / "venv") in installed[1]  # installed, not borrowed
-    assert torch_identity(python) == colab["torch"]  # Colab's torch is untouched
+    assert torch_identity(colab["python"]) == colab["torch"]  # Colab's torch is untouched
+
+
+def test_a_failed_install_stops_at_the_install_cell_with_one_clear_error(colab):
+    path = NOTEBOOKS[1]  # every notebook has this same install cell (tests/test_notebooks.py)
+    nb, folder, outside = fresh_notebook(colab, path)
+    with pytest.raises(CellExecutionError) as failed:
+        client(colab, nb, folder, "colab-offline").execute()
+
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    errors = [(i, o) for i, c in enumerate(code) for o in c.outputs if o.output_type == "error"]
+    assert [i for i, _ in errors] == [0], "the error is not the install cell's alone"
+    error = errors[0][1]
+    print(f"{error.ename}: {error.evalue}")
+    assert error.ename == "RuntimeError" and failed.value.ename == "RuntimeError"
+    # What failed (the pinned package, and pip's own reason) and what to do.
+    assert f"pip could not install {PINNED}, which the cells below need" in error.evalue
+    assert "No matching distribution found for " + PINNED in error.evalue
+    assert "then run this cell again" in error.evalue and "\x1b[" not in error.evalue  # pip's words, uncoloured
+    assert all(c.execution_count is None and not c.outputs for c in code[1:]), "cells after the install cell ran"
+    assert subprocess.run([str(colab["python"]), "-c", "import mha"], **outside).returncode != 0
+    assert torch_identity(colab["python"]) == colab["torch"]

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import nbformat
+import pytest
 from nbval.plugin import coalesce_streams
 from tqdm import tqdm
 
@@ -56,6 +57,7 @@ def run_execute(path, *args):
     assert r.returncode == 0, r.stderr[-3000:]
 
 
+@pytest.mark.slow
 def test_rerun_leaves_the_notebook_unchanged(tmp_path):
     progress = (
         "import sys\nfrom tqdm import tqdm\n"
@@ -89,3 +91,29 @@ def test_rerun_leaves_the_notebook_unchanged(tmp_path):
     run_execute(path)
     new = nbformat.read(path, as_version=4).cells[1].outputs
     assert new != nb.cells[1].outputs  # the code changed since the commit: its new output is stored
+
+
+def test_C20_a_failing_cell_is_named_with_its_notebook_and_error(tmp_path):
+    """The case: a notebook whose second cell is 1 / 0. Before: exit 1 after a 33-line traceback through nbclient and
+    asyncio, with colour codes, that never named the notebook."""
+    cells = [
+        nbformat.v4.new_markdown_cell("# A notebook"),
+        nbformat.v4.new_code_cell("x = 1"),
+        nbformat.v4.new_code_cell("# the mistake\ny = x / 0\nprint('unreached')"),
+        nbformat.v4.new_code_cell("print('after')"),
+    ]
+    path = tmp_path / "broken.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=cells), path)
+    before = path.read_bytes()
+
+    r = subprocess.run([sys.executable, str(SCRIPT), str(path)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1
+    first, *rest = r.stderr.splitlines()
+    assert first == (f"execute.py: {path}: cell 2 ('# the mistake') raised ZeroDivisionError: division by zero "
+                     "(the notebook was not changed)")
+    # Then the cell's own traceback, as a reader of the notebook would see it, and nothing of the machinery.
+    assert "----> 2 y = x / 0" in r.stderr and rest[-1] == "ZeroDivisionError: division by zero"
+    assert "\x1b[" not in r.stderr
+    assert not [line for line in rest if any(w in line for w in ("nbclient", "asyncio", "execute.py", "WARNING"))]
+    assert len(rest) < 12, r.stderr
+    assert r.stdout == "" and path.read_bytes() == before

@@ -50,7 +50,7 @@ def test_C13_figures_do_not_follow_the_local_matplotlibrc(path):
         if PINS_STYLE.search("".join(cell["source"])):
             return
         assert not any(is_figure(o) for o in cell["outputs"]), (
-            f"{path.name}: a figure is drawn before plt.style.use('default'); its stored "
+            f"{path.name}: a figure is drawn before mha.plot.notebook_style(); its stored "
             f"{''.join(next(o for o in cell['outputs'] if is_figure(o))['data'].get('text/plain', ''))!r} "
             "follows the local dpi"
         )

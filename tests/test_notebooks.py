@@ -62,12 +62,15 @@ def test_title_and_colab_badge_point_at_the_project(path):
 
 
 @pytest.mark.parametrize("path", EVERY_NOTEBOOK, ids=name)
-def test_install_cell_is_guarded_and_uses_the_project_url(path):
+def test_install_cell_is_guarded_and_installs_this_release_from_the_index(path):
     install = source(cells(path, "code")[0])
     assert 'if "google.colab" in sys.modules:' in install
-    # Pinned to the release the notebook was executed with, so it never meets a newer library.
-    urls = re.findall(r"pip install .*?(git\+\S+)", install)
-    assert urls == [f"git+{REPO_URL}@v{VERSION}"]
+    # Pinned to the release the notebook was executed with, so it never meets a newer library; from the package
+    # index by name (tests/test_colab.py installs it so from a local index, and checks the failure path).
+    assert '"-m", "pip", "install", "-q", "--no-color", "mha==' in install and "git+" not in install
+    assert set(re.findall(r"mha==([\w.]+)", install)) == {VERSION}
+    # One install cell for every notebook, so the failure path tested on one notebook is every notebook's.
+    assert install == source(cells(NOTEBOOKS[0], "code")[0])
     # Every URL of the project anywhere in the notebook is the one from pyproject.
     text = path.read_text()
     assert set(re.findall(r"github\.com/([\w.-]+/[\w.-]+?)(?:/|\.git|\b)", text)) <= {GITHUB_PATH}

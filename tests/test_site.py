@@ -1,10 +1,10 @@
 """The course website in a real browser: headless Chromium, driven by selenium, over the built site.
 
-Runs with ``pytest --site`` (the README's test command and CI pass it); without the option these tests
+Runs with ``pytest --site`` (CONTRIBUTING.md's test command and CI pass it); without the option these tests
 are skipped, with that reason shown. With it, a missing browser, driver or selenium FAILS the run: CI
 installs Debian's ``chromium`` and ``chromium-driver``; ``CHROMIUM`` and ``CHROMEDRIVER`` point at others.
 
-The session builds the site first, exactly as the README says (Sphinx, warnings as errors), into
+The session builds the site first, exactly as CONTRIBUTING.md says (Sphinx, warnings as errors), into
 docs/_build/html, serves it from 127.0.0.1, and saves a screenshot of every page to
 docs/_build/screenshots/ (git-ignored) for a person to look at.
 """
@@ -17,6 +17,7 @@ import http.server
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -33,7 +34,9 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 SITE = DOCS / "_build" / "html"
 SHOTS = DOCS / "_build" / "screenshots"
-BUILD = [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-b", "html", "docs", "docs/_build/html"]
+# As CONTRIBUTING.md says (tests/test_packaging.py checks that the two agree); the doctrees outside what is published.
+BUILD = [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-b", "html", "-d", "docs/_build/doctrees", "docs",
+         "docs/_build/html"]
 CHROMIUM_FLAGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-sync",
     "--disable-background-networking", "--disable-component-update", "--disable-default-apps",
@@ -70,7 +73,7 @@ def load_demo():
 
 @pytest.fixture(scope="session")
 def site():
-    """Build the site as the README says; incremental, so a second run in a session is quick."""
+    """Build the site as CONTRIBUTING.md says; incremental, so a second run in a session is quick."""
     result = subprocess.run(BUILD, cwd=ROOT, capture_output=True, text=True, timeout=900)
     if result.returncode != 0:
         pytest.fail(f"the site does not build cleanly ({' '.join(BUILD[1:])}):\n{result.stdout[-2000:]}"
@@ -331,3 +334,132 @@ def test_head_view_highlights_follow_the_weights(browser, server):
     width = int.from_bytes(png[16:20], "big")
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and width == 2 * int(float(svg.get("width")))
     assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+
+
+# --- a site that reads well (issue 19) ------------------------------------------------------------------------------
+
+READER_WIDTH = 1200  # px: a laptop's browser window
+GENERATED = ("search.html", "genindex.html", "py-modindex.html")
+
+READING_JS = """
+const visible = e => { const r = e.getBoundingClientRect(); const s = getComputedStyle(e);
+  return r.width > 0 && r.height > 0 && s.visibility !== 'hidden' && s.display !== 'none'; };
+const pres = Array.from(document.querySelectorAll('main pre')).filter(visible);
+const scrolling = pres.filter(p => p.scrollWidth > p.clientWidth + 1)
+  .map(p => [p.scrollWidth, p.clientWidth, p.textContent.slice(0, 60)]);
+const search = Array.from(document.querySelectorAll('.search-button-field, input[type=search]')).filter(visible)
+  .filter(e => !e.closest('main'));  // the search page's own form is the page, not a box
+const figures = Array.from(document.querySelectorAll('main div.cell_output img')).filter(visible).map(img => {
+  const room = img.parentElement.getBoundingClientRect().width;
+  return [img.naturalWidth, Math.round(img.getBoundingClientRect().width), Math.floor(room), img.src.slice(-30)];
+});
+const maths = Array.from(document.querySelectorAll('main div.math')).filter(visible).map(div => {
+  const range = document.createRange(); range.selectNodeContents(div.querySelector('math'));
+  const box = div.getBoundingClientRect(), ink = range.getBoundingClientRect();
+  return [Math.round(ink.left - box.left), Math.round(box.right - ink.right)];
+});
+return {pres: pres.length, scrolling, search: search.length, figures, maths};
+"""
+
+
+def test_published_site_holds_only_what_a_reader_needs(site):
+    """No doctrees, no copies of the page sources, no source maps: the built folder is what gets published."""
+    assert not (site / ".doctrees").exists() and not (site / "_sources").exists()
+    assert not list(site.rglob("*.map"))
+    assert not list(site.rglob("*.ipynb")) and not list(site.rglob("*.doctree"))
+
+
+@pytest.mark.parametrize("page", [p for p in PAGES if p not in GENERATED])
+def test_page_reads_well_at_1200px(page, browser, server):
+    browser.set_window_size(READER_WIDTH, 900)
+    try:
+        open_page(browser, server + page)
+        seen = browser.execute_script(READING_JS)
+    finally:
+        browser.set_window_size(1280, 900)
+    # Code and outputs wrap or fit: none scrolls sideways (before: 33 of 40 blocks on notebook 03's page).
+    assert not seen["scrolling"], f"{len(seen['scrolling'])} of {seen['pres']} code blocks scroll on {page}"
+    assert seen["search"] == 1, f"{seen['search']} search boxes on {page}"
+    # Figures at their own size, scaled down only when wider than the column they sit in.
+    squeezed = [f for f in seen["figures"] if abs(f[1] - min(f[0], f[2])) > 1]
+    assert not squeezed, f"figures drawn smaller than they are, with room to spare, on {page}: {squeezed}"
+    # Display maths centred: as much room to its left as to its right (before: all of it on the left).
+    assert all(abs(left - right) <= 2 for left, right in seen["maths"]), f"off-centre formulas on {page}: {seen}"
+
+
+def test_the_reading_checks_can_fail(browser, server):
+    """The theme's own layout, undone: what the checks above would have seen before course.css."""
+    browser.set_window_size(READER_WIDTH, 900)
+    try:
+        open_page(browser, server + "notebooks/01_scaled_dot_product_attention.html")
+        sheets = browser.execute_script(
+            "const on = Array.from(document.styleSheets).filter(s => (s.href || '').includes('course.css'));"
+            "on.forEach(s => { s.disabled = true; }); return on.length;"
+        )
+        seen = browser.execute_script(READING_JS)
+    finally:
+        browser.set_window_size(1280, 900)
+    assert sheets == 1 and seen["scrolling"] and any(abs(left - right) > 2 for left, right in seen["maths"]), seen
+
+
+def test_landing_page_shows_the_series_as_cards_and_says_how_to_run_it(browser, server):
+    from selenium.webdriver.common.by import By
+
+    import mha
+
+    open_page(browser, server + "index.html")
+    chapters = sorted((ROOT / "notebooks").glob("*.ipynb"))
+    cards = browser.find_elements(By.CSS_SELECTOR, "main .mha-card")
+    assert len(cards) == len(chapters)
+    for card, path in zip(cards, chapters):
+        links = [a.get_attribute("href") for a in card.find_elements(By.TAG_NAME, "a")]
+        assert server + f"notebooks/{path.stem}.html" in links
+        assert any(u.startswith("https://colab.research.google.com/github/") and u.endswith(f"notebooks/{path.name}")
+                   for u in links)
+    pictures = browser.find_elements(By.CSS_SELECTOR, "main img")
+    assert len(pictures) == 1 and pictures[0].get_attribute("alt")
+    run = browser.find_element(By.ID, "run-it-yourself").text
+    assert "pip install torch --index-url https://download.pytorch.org/whl/cpu" in run
+    assert f"pip install mha=={mha.__version__}" in run
+
+
+def public_names(module) -> list[str]:
+    """What a reader of a module may use: its __all__ (modules left out), or the functions and classes of mha in it."""
+    import inspect
+
+    if hasattr(module, "__all__"):
+        return [n for n in module.__all__ if not inspect.ismodule(getattr(module, n))]
+    return [n for n, obj in vars(module).items() if not n.startswith("_") and (inspect.isfunction(obj) or
+            inspect.isclass(obj)) and getattr(obj, "__module__", "").startswith("mha")]
+
+
+def test_api_reference_covers_every_public_name_grouped_by_topic(site):
+    import importlib
+
+    page = (site / "api.html").read_text(encoding="utf-8")
+    page = page[page.index('<article class="bd-article">'):]  # the page itself, not the sidebars
+    headings = [(m.start(), re.sub(r"<[^>]+>|#", "", m.group(1)).strip())
+                for m in re.finditer(r"<h2>(.*?)</h2>", page, re.S)]
+    titles = [t for _, t in headings]
+    assert titles == ["The layer", "The function", "Masks", "The KV cache", "PyTorch interop", "Plotting: mha.plot",
+                      "Exercises: mha.exercises", "Tensor parallelism: mha.parallel"], titles
+
+    def section_of(anchor):
+        at = page.find(f'id="{anchor}"')
+        assert at >= 0, f"the API reference does not document {anchor}"
+        return [t for start, t in headings if start < at][-1]
+
+    expected = {"MultiHeadAttention": "The layer", "count_parameters": "The layer",
+                "scaled_dot_product_attention": "The function", "split_heads": "The function",
+                "causal_mask": "Masks", "to_torch_attn_mask": "Masks", "KVCache": "The KV cache",
+                "from_torch": "PyTorch interop", "to_torch": "PyTorch interop"}
+    import mha
+
+    for name in public_names(mha):
+        topic = section_of(f"mha.{name}")
+        assert expected.get(name, topic) == topic, (name, topic)
+    for module, topic in (("mha.plot", "Plotting"), ("mha.exercises", "Exercises"), ("mha.parallel", "Tensor")):
+        names = public_names(importlib.import_module(module))
+        assert names, module
+        for name in names:
+            assert section_of(f"{module}.{name}").startswith(topic), f"{module}.{name}"

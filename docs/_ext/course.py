@@ -4,20 +4,27 @@
   becomes a page; the Colab badge's image becomes a local copy, so pages load nothing from the internet.
   Copies of notebooks that no longer exist are removed.
 - Fills placeholders in the Markdown pages:
-  ``<!-- mha:series -->``            the notebooks in order, with their titles and the README's one-liners;
+  ``<!-- mha:cards -->``             the notebooks in order as cards: number, title, the README's one-liner,
+                                     "Read" and "Open in Colab";
+  ``<!-- mha:api TOPIC -->``         the API reference of one topic (API_TOPICS below): every public name
+                                     of mha, mha.plot, mha.parallel and mha.exercises has exactly one;
   ``<!-- mha:exercises -->``         each notebook's exercises section, and the solutions notebooks;
-  ``<!-- mha:readme SECTION -->``    the README's section of that title (included, not copied);
   ``[[nb:SLUG]]``                    a link to the notebook whose file name contains SLUG, or plain text
                                      if there is none yet (so pages survive a renumbering);
-  ``[[repo]]``                       the repository URL, pyproject's [project.urls] Homepage.
+  ``[[repo]]``                       the repository URL, pyproject's [project.urls] Homepage;
+  ``[[version]]``                    mha.__version__, the release the notebooks install.
 - Writes the head view demo (docs/head_view_demo.py) to docs/_generated/.
+- Removes the theme's source maps (``*.map``) from the built site: only what a reader needs is published.
 
 Nothing here names a notebook: the series is whatever notebooks/ holds.
 """
 
 from __future__ import annotations
 
+import html
+import importlib
 import importlib.util
+import inspect
 import json
 import re
 from pathlib import Path
@@ -101,10 +108,10 @@ def headings(path: Path) -> list[str]:
 
 
 def readme_line(path: Path) -> str | None:
-    """The README's "what you will see" for this notebook: the table row that links to it."""
+    """The README's "what you will see" for this notebook: the table row whose notebook cell links to it."""
     for row in (ROOT / "README.md").read_text(encoding="utf-8").splitlines():
         cells = [c.strip() for c in row.strip().strip("|").split("|")]
-        if row.startswith("|") and len(cells) >= 3 and f"notebooks/{path.name})" in cells[1]:
+        if row.startswith("|") and len(cells) >= 3 and re.search(rf"notebooks/{re.escape(path.stem)}\.\w+\)", cells[1]):
             return cells[2]
     return None
 
@@ -115,14 +122,89 @@ def label(docname: str, path: Path) -> str:
     return f"{number.group(1)} · {name}" if number else name
 
 
-def series_markdown(prefix: str) -> str:
-    lines = []
+def cards_html(prefix: str) -> str:
+    """The series as cards (raw HTML: MyST passes it through): each notebook's page and its Colab link."""
+    colab = "https://colab.research.google.com/github/" + repo_url().removeprefix("https://github.com/")
+    cards = []
     for docname, path in sources().items():
         if docname.startswith("notebooks/solutions/"):
             continue
+        number = re.match(r"(\d+)_", path.name)
         line = readme_line(path)
-        lines.append(f"- [**{label(docname, path)}**]({prefix}{docname}.ipynb)" + (f": {line}" if line else ""))
-    return "\n".join(lines)
+        cards.append(
+            '<div class="mha-card">'
+            + (f'<span class="mha-card-number">Notebook {number.group(1)}</span>' if number else "")
+            + f'<a class="mha-card-title" href="{prefix}{docname}.html">{html.escape(title(path))}</a>'
+            + (f"<p>{html.escape(line).replace('`', '')}</p>" if line else "<p></p>")
+            + f'<span class="mha-card-links"><a href="{prefix}{docname}.html">Read</a>'
+            + f'<a href="{colab}/blob/main/{path.relative_to(ROOT).as_posix()}">Open in Colab</a></span></div>'
+        )
+    return '\n<div class="mha-cards">\n' + "\n".join(cards) + "\n</div>\n"
+
+
+# The API reference, by topic. Names of mha itself are placed here by hand; every public name of mha.plot,
+# mha.exercises and mha.parallel (their __all__) goes to that module's topic. A public name of mha with no topic
+# fails the build, so the page always covers the whole API (tests/test_site.py checks it on the built page).
+API_TOPICS = {
+    "layer": ["MultiHeadAttention", "ParameterCount", "count_parameters"],
+    "function": ["scaled_dot_product_attention", "split_heads", "merge_heads"],
+    "masks": ["causal_mask", "padding_mask", "as_keep_mask", "to_additive_mask", "to_torch_attn_mask"],
+    "cache": ["KVCache"],
+    "interop": ["from_torch", "to_torch"],
+    "plotting": "mha.plot",
+    "exercises": "mha.exercises",
+    "parallel": "mha.parallel",
+}
+
+
+def public_names(module) -> list[str]:
+    """A module's __all__, or (a module without one) the functions and classes it defines or re-exports from mha,
+    in the order the module lists them."""
+    if hasattr(module, "__all__"):
+        return [n for n in module.__all__ if not inspect.ismodule(getattr(module, n))]
+    return [n for n, obj in vars(module).items() if not n.startswith("_") and (inspect.isfunction(obj) or
+            inspect.isclass(obj)) and getattr(obj, "__module__", "").startswith("mha")]
+
+
+def api_topics() -> dict[str, list[str]]:
+    """Topic -> the dotted names it documents."""
+    import mha
+
+    topics = {}
+    for topic, names in API_TOPICS.items():
+        if isinstance(names, str):
+            module = importlib.import_module(names)
+            topics[topic] = [f"{names}.{n}" for n in public_names(module)]
+        else:
+            topics[topic] = [f"mha.{n}" for n in names]
+    placed = {n for names in API_TOPICS.values() if not isinstance(names, str) for n in names}
+    missing = [n for n in public_names(mha) if n not in placed]
+    if missing:
+        raise ConfigError(f"docs/_ext/course.py: give these public names of mha a topic in API_TOPICS: {missing}")
+    return topics
+
+
+def api_rst(topic: str) -> str:
+    if topic not in API_TOPICS:
+        raise ConfigError(f"<!-- mha:api {topic} -->: no such topic; the topics are {list(API_TOPICS)}")
+    lines = []
+    for dotted in api_topics()[topic]:
+        module, name = dotted.rsplit(".", 1)
+        obj = getattr(importlib.import_module(module), name)
+        if inspect.isclass(obj):
+            lines.append(f".. autoclass:: {dotted}")
+            if not issubclass(obj, tuple):  # a named tuple's members are its fields, which the docstring gives
+                lines.append("   :members:")
+        elif callable(obj):
+            lines.append(f".. autofunction:: {dotted}")
+        else:
+            lines += [f".. autodata:: {dotted}", "   :no-value:"]
+        lines.append("")
+    return "```{eval-rst}\n" + "\n".join(lines) + "```"
+
+
+def version() -> str:
+    return re.search(r'__version__ = "([^"]+)"', (ROOT / "mha" / "__init__.py").read_text()).group(1)
 
 
 def slug_id(heading: str) -> str:
@@ -148,14 +230,6 @@ def exercises_markdown(prefix: str) -> str:
     return text
 
 
-def readme_section(name: str) -> str:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    m = re.search(rf"^## {re.escape(name)}\n(.*?)(?=^## |\Z)", text, flags=re.M | re.S)
-    if not m:
-        raise ConfigError(f'README.md has no "## {name}" section for the page that includes it')
-    return m.group(1).strip()
-
-
 def notebook_link(slug: str, prefix: str) -> str:
     for docname, path in sources().items():
         if slug in path.stem and not docname.startswith("notebooks/solutions/"):
@@ -172,12 +246,24 @@ def fill_placeholders(app: Sphinx, docname: str, source: list[str]) -> None:
         return
     prefix = "../" * docname.count("/")
     text = source[0]
-    text = text.replace("<!-- mha:series -->", series_markdown(prefix))
+    text = text.replace("<!-- mha:cards -->", cards_html(prefix))
+    text = re.sub(r"<!-- mha:api (\w+) -->", lambda m: api_rst(m.group(1)), text)
     text = text.replace("<!-- mha:exercises -->", exercises_markdown(prefix))
-    text = re.sub(r"<!-- mha:readme (.+?) -->", lambda m: readme_section(m.group(1)), text)
     text = re.sub(r"\[\[nb:(\w+)\]\]", lambda m: notebook_link(m.group(1), prefix), text)
     text = text.replace("[[repo]]", repo_url())
+    text = text.replace("[[version]]", version())
     source[0] = text
+
+
+def remove_source_maps(app: Sphinx, exception) -> None:
+    """The theme ships its CSS and JavaScript with source maps: a developer's tool, not the reader's. (And
+    Sphinx makes _sources/ even when html_copy_source leaves it empty.)"""
+    if exception is None and app.builder.format == "html":
+        for path in Path(app.outdir).rglob("*.map"):
+            path.unlink()
+        sources_dir = Path(app.outdir) / "_sources"
+        if sources_dir.is_dir() and not any(sources_dir.iterdir()):
+            sources_dir.rmdir()
 
 
 def always_reread(app, env, added, changed, removed):
@@ -205,5 +291,6 @@ def setup(app: Sphinx):
     app.connect("builder-inited", write_head_view_demo)
     app.connect("source-read", fill_placeholders)
     app.connect("env-get-outdated", always_reread)
+    app.connect("build-finished", remove_source_maps)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
 
