@@ -177,7 +177,6 @@ print(json.dumps(results))
 """
 # The head view and the plots live with the tools helper's branch, which makes them import without matplotlib
 # (or say which extra to install). Until it is merged mha.plot fails here with a bare ModuleNotFoundError.
-WAITING = {"mha.plot": "needs the tools branch: mha.plot imports matplotlib at the top (issue 19); remove on merge"}
 MODULES = public_modules()
 
 
@@ -189,9 +188,7 @@ def without_optional():
     return json.loads(r.stdout)
 
 
-@pytest.mark.parametrize("module", [
-    pytest.param(m, marks=pytest.mark.xfail(strict=True, reason=WAITING[m])) if m in WAITING else m for m in MODULES
-])
+@pytest.mark.parametrize("module", MODULES)
 def test_every_public_module_imports_without_the_notebook_extras_or_names_the_extra(module, without_optional):
     got = without_optional[module]
     assert not got["stderr"] and not got["warnings"], got
@@ -288,7 +285,6 @@ def test_import_mha_with_only_the_declared_dependencies_is_silent(alone):
     assert r.returncode == 0 and r.stderr == "" and "module == step by step:" in r.stdout, r.stderr
 
 
-@pytest.mark.xfail(strict=True, reason=WAITING["mha.plot"])
 def test_the_head_view_renders_with_only_the_declared_dependencies(alone):
     code = (
         "import torch\nfrom mha.plot import head_view\n"
