@@ -87,6 +87,10 @@ def test_reveal_shows_the_right_value_only_when_asked():
     r = check_answer({"a": 1, "b": 2}, {"a": 1, "b": 3}, name="counts", reveal=True)
     assert not r and r.message.endswith("The right value, as you asked (reveal=True): a: 1; b: 3.")
     assert "Stuck?" not in r.message
+    # to the precision the tolerance asks for, so a measured value prints the same on every machine
+    r = check_answer(0.95, 0.947368, name="the weight", tol=0.05, reveal=True)
+    assert r.message.endswith("(reveal=True): 0.95.")
+    assert check_answer(None, 0.1234567, name="x", tol=1e-4, reveal=True).message.endswith(": 0.1235.")
 
 
 def test_keys_left_as_none_are_not_done_yet():

@@ -61,7 +61,7 @@ def check_answer(answer, expected, *, name: str, tol: float = 0.0, hint="", reve
             raise TypeError(f"expected{'' if key is None else f'[{key!r}]'} must be a real number, got {value!r}")
         wanted[key] = number
     hints = hint if isinstance(hint, dict) else {}
-    shown = f" {_reveal(wanted)}" if reveal else ""
+    shown = f" {_reveal(wanted, tol)}" if reveal else ""
 
     if answer is None or (isinstance(answer, dict) and answer and all(v is None for v in answer.values())):
         return CheckResult(False, f"{NOT_DONE} {name} is not answered yet: set `answer` and run the check again."
@@ -170,8 +170,16 @@ def _power_of_ten(ratio: float) -> str:
     return f"{10**n:,}" if n >= 0 else f"{10.0**n:g}"
 
 
-def _reveal(wanted: dict) -> str:
-    values = "; ".join(f"{'' if key is None else f'{key}: '}{_fmt(value)}" for key, value in wanted.items())
+def _reveal(wanted: dict, tol) -> str:
+    """The right values, to the precision the tolerance asks for (to within 0.05: two decimals)."""
+    decimals = math.ceil(-math.log10(tol)) if 0 < tol < 1 else None
+
+    def shown(value):
+        if decimals is None or isinstance(value, numbers.Integral):
+            return _fmt(value)
+        return f"{float(value):.{decimals}f}"
+
+    values = "; ".join(f"{'' if key is None else f'{key}: '}{shown(value)}" for key, value in wanted.items())
     return f"The right value, as you asked (reveal=True): {values}."
 
 
