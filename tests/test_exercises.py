@@ -1,11 +1,16 @@
-"""mha.exercises: the checkers pass right code written several ways, and name every mistake in the bug zoo."""
+"""mha.exercises: the checkers pass right code written several ways, and name every mistake in the bug zoo.
+
+The zoo (tests/bug_zoo.py, tests/bug_zoo_layers.py) holds what a hunt for ways to break the checkers found:
+code that is right only at a notebook's own sizes, layout or dtype, and right layouts that differ from ours.
+"""
 
 import math
+import string
 
 import pytest
 import torch
 import torch.nn.functional as F
-from bug_zoo import ZOO, torch_mask_as_float
+from bug_zoo import ZOO
 from torch import nn
 
 import mha
@@ -19,6 +24,7 @@ from mha.exercises import (
     check_split_heads,
     check_torch_attn_mask,
 )
+from mha.exercises.mistakes import EXPLAIN
 
 CHECKERS = [check_split_heads, check_merge_heads, check_attention, check_multi_head_attention, check_torch_attn_mask]
 
@@ -61,11 +67,31 @@ def part5_attention(q, k, v, mask=None):
 
 
 def einsum_attention(q, k, v, mask=None):
-    scores = torch.einsum("bhtd,bhsd->bhts", q, k) * q.size(-1) ** -0.5
+    scores = torch.einsum("...td,...sd->...ts", q, k) * q.size(-1) ** -0.5
     if mask is not None:
         scores = torch.where(mask.bool(), scores, torch.tensor(-1e9))  # a large negative, not -inf
     weights = F.softmax(scores, dim=-1)
-    return torch.einsum("bhts,bhsd->bhtd", weights, v), weights
+    return torch.einsum("...ts,...sd->...td", weights, v), weights
+
+
+def fused_with_separate_weights(q, k, v, mask=None):
+    """PyTorch's fused kernel for out; the weights from a log-mask in q's dtype, added to the scores."""
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    scores = q @ k.mT / math.sqrt(q.size(-1))
+    if mask is not None:
+        scores = scores + mask.to(q.dtype).log()  # log 1 = 0, log 0 = -inf
+    return out, scores.softmax(-1)
+
+
+def flattened_batch_attention(q, k, v, mask=None):
+    """bmm over every leading dim flattened into one: works for any number of them."""
+    lead, (T, d_k), S = q.shape[:-2], q.shape[-2:], k.size(-2)
+    q3, k3, v3 = q.reshape(-1, T, d_k), k.reshape(-1, S, d_k), v.reshape(-1, S, v.size(-1))
+    scores = torch.bmm(q3, k3.transpose(1, 2)) / math.sqrt(d_k)
+    if mask is not None:
+        scores = scores.masked_fill(mask == 0, torch.finfo(scores.dtype).min)
+    weights = scores.softmax(dim=-1)
+    return torch.bmm(weights, v3).reshape(*lead, T, -1), weights.reshape(*lead, T, S)
 
 
 class LoopOverHeads(nn.Module):
@@ -110,33 +136,58 @@ class PermuteAndFusedKernel(nn.Module):
         return self.out(y.permute(0, 2, 1, 3).flatten(2)), w
 
 
+class ChunkedQKVWithBuffer(ArticleMultiHeadAttention):
+    """chunk(3) instead of split, and a causal mask buffer large enough for any probe, sliced to T."""
+
+    def __init__(self, d_model, h):
+        super().__init__(d_model, h)
+        self.register_buffer("tril", torch.ones(512, 512, dtype=torch.bool).tril(), persistent=False)
+
+    def forward(self, x, causal=True):
+        B, T, D = x.shape
+        q, k, v = (t.unflatten(-1, (self.h, -1)).transpose(1, 2) for t in self.qkv(x).chunk(3, dim=-1))
+        y, w = part5_attention(q, k, v, self.tril[:T, :T] if causal else None)
+        return self.out(y.transpose(1, 2).flatten(2)), w
+
+
 RIGHT = {
     check_split_heads: [
         mha.split_heads,
         lambda x, h: x.unflatten(-1, (h, -1)).permute(0, 2, 1, 3),
         lambda x, h: torch.stack(x.chunk(h, dim=-1), dim=1),
+        lambda x, h: x.reshape(*x.shape[:-1], h, -1).transpose(-3, -2),
+        lambda x, h: torch.stack([x[..., i * (x.size(-1) // h) : (i + 1) * (x.size(-1) // h)] for i in range(h)], 1),
     ],
     check_merge_heads: [
         mha.merge_heads,
         lambda x: x.permute(0, 2, 1, 3).flatten(2),
         lambda x: torch.cat(x.unbind(1), dim=-1),
+        lambda x: x.transpose(1, 2).contiguous().view(x.size(0), x.size(2), -1),
+        lambda x: torch.cat([x[:, i] for i in range(x.size(1))], dim=-1),
     ],
     check_attention: [
         library_attention,
         part5_attention,
         einsum_attention,
+        fused_with_separate_weights,
+        flattened_batch_attention,
+        lambda q, k, v, mask=None: part5_attention(q, k, v, None if mask is None else mask != 0),
     ],
     check_multi_head_attention: [
         mha.MultiHeadAttention,
         ArticleMultiHeadAttention,
         LoopOverHeads,
         PermuteAndFusedKernel,
+        ChunkedQKVWithBuffer,
     ],
     check_torch_attn_mask: [
         mha.to_torch_attn_mask,
         lambda keep: ~keep,
         lambda keep: torch.zeros(keep.shape).masked_fill(~keep, float("-inf")),
         mha.to_additive_mask,
+        lambda keep: torch.where(keep, 0.0, float("-inf")),
+        lambda keep: keep == 0,
+        lambda keep: (~keep).float() * -1e9,  # a large negative instead of -inf, and no 0 * inf
     ],
 }
 
@@ -149,71 +200,92 @@ def test_right_code_passes(check, fn):
     result = check(fn)
     assert result.passed, result.message
     assert bool(result) and result.mistake is None
-    assert result.message.startswith("✅") and repr(result) == str(result) == result.message
+    assert result.message.startswith("✅ passed:") and repr(result) == str(result) == result.message
+    assert result.status == "passed"
 
 
 # --- the bug zoo ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "checker, member, word",
-    [(name, member, word) for name, members in ZOO.items() for member, word in members],
-    ids=lambda v: getattr(v, "__name__", None),
-)
-def test_every_zoo_member_fails_with_its_word(checker, member, word):
+def _zoo():
+    return [(name, member, word, words) for name, members in ZOO.items() for member, word, words in members]
+
+
+@pytest.mark.parametrize("checker, member, word, words", _zoo(), ids=lambda v: getattr(v, "__name__", None))
+def test_every_zoo_member_fails_with_its_word_and_says_why(checker, member, word, words):
     result = getattr(exercises, checker)(member)
-    assert not result.passed and not result
+    assert not result.passed and not result and result.status == "wrong"
     assert result.mistake == word, result.message
-    assert word in result.message and result.message.startswith("❌")
+    assert result.message.startswith("❌ wrong:"), result.message
+    assert (word is None or word in result.message) and words in result.message, result.message
 
 
 def test_the_zoo_covers_every_mistake_in_the_table():
-    assert {word for members in ZOO.values() for _, word in members} == set(MISTAKES)
+    assert {word for members in ZOO.values() for _, word, _ in members} - {None} == set(MISTAKES)
 
 
-def test_a_float_01_mask_is_recognised_as_blocking_nothing():
-    result = check_torch_attn_mask(torch_mask_as_float)
-    assert not result and result.mistake is None
-    assert "blocks nothing" in result.message
-
-
-@pytest.mark.parametrize(
-    "fn, words",
-    [
-        (lambda q, k, v, mask=None: part5_attention(q, k, v, None), "changes nothing"),
-        (lambda q, k, v, mask=None: _after_softmax(q, k, v, mask), "after the softmax"),
-        (lambda q, k, v, mask=None: (part5_attention(q, k, v, mask)[0] * 2, part5_attention(q, k, v, mask)[1]),
-         "largest difference"),
-        (lambda q, k, v, mask=None: (part5_attention(q, k, v, mask)[0], None), "torch.Tensor"),
-        (lambda q, k, v, mask=None: part5_attention(q, k, v, mask)[0], "pair (out, weights)"),
-        (lambda q, k, v, mask=None: part5_attention(q, k, v, mask)[::-1], "(weights, out)"),
-        (lambda q, k, v, mask=None: _two_d_only(q, k, v), "k.transpose(-2, -1)"),
-    ],
-)
-def test_attention_mistakes_outside_the_table_are_explained(fn, words):
-    result = check_attention(fn)
-    assert not result and result.mistake is None
-    assert words in result.message
-
-
-def _two_d_only(q, k, v):
-    w = torch.softmax(q @ k.T / math.sqrt(q.size(-1)), dim=-1)  # k.T: right for (S, d_k) only
-    return w @ v, w
-
-
-def _after_softmax(q, k, v, mask):
-    w = torch.softmax(q @ k.mT / math.sqrt(q.size(-1)), dim=-1)
-    if mask is not None:
-        w = w * mask
-    return w @ v, w
+def test_every_explanation_of_the_shared_table_is_given_to_a_zoo_member():
+    # Each entry's longest literal run (its text between the {fields}) must appear in some zoo member's message,
+    # so no explanation is dead text and each one is pinned by a member.
+    messages = "\n".join(getattr(exercises, name)(member).message for name, member, _, _ in _zoo())
+    unused = [key for key, text in EXPLAIN.items()
+              if max((literal for literal, *_ in string.Formatter().parse(text)), key=len) not in messages]
+    assert not unused, unused
 
 
 def test_unrecognised_mistakes_give_the_probe_and_the_largest_difference():
     result = check_merge_heads(lambda x: mha.merge_heads(x) + 0.5)
     assert not result and result.mistake is None
     assert "(2, 3, 5, 4)" in result.message and "largest difference is 0.5" in result.message
-    result = check_split_heads(lambda x, h: x[:, None])
-    assert "shape (2, 1, 5, 12)" in result.message and "(2, 3, 5, 4)" in result.message
+    result = check_split_heads(lambda x, h: x[:, None, :, : x.size(-1) // h])
+    assert "shape (2, 1, 5, 4)" in result.message and "(2, 3, 5, 4)" in result.message
+
+
+def test_k_T_fails_on_the_batched_probes_and_says_why():
+    def two_d_only(q, k, v, mask=None):
+        w = torch.softmax(q @ k.T / math.sqrt(q.size(-1)), dim=-1)  # k.T: right for (S, d_k) only
+        return w @ v, w
+
+    result = check_attention(two_d_only)
+    assert not result and "k.transpose(-2, -1)" in result.message
+
+
+@pytest.mark.parametrize("check", [check_split_heads, check_merge_heads, check_attention])
+def test_the_probes_vary_what_a_notebook_keeps_fixed(check):
+    # Every size, the number of dims, the memory layout and the dtype change across the probes: a record of
+    # what the checker's reference receives.
+    seen = []
+
+    def record(*args, **kwargs):
+        seen.append([(tuple(a.shape), a.dtype, a.is_contiguous()) for a in args if isinstance(a, torch.Tensor)])
+        return RIGHT[check][0](*args, **kwargs)
+
+    assert check(record).passed
+    shapes = {s for probe in seen for s, _, _ in probe[:1]}
+    dtypes = {d for probe in seen for _, d, _ in probe[:1]}
+    assert len(shapes) >= 4 and torch.float64 in dtypes, seen
+    if check is check_attention:
+        assert {len(s) for s in shapes} == {2, 3, 4} and torch.float16 in dtypes
+    else:
+        assert any(not contiguous for probe in seen for _, _, contiguous in probe[:1])
+
+
+def test_the_layer_checker_builds_every_head_count_and_length_it_names():
+    built = []
+
+    class Recording(mha.MultiHeadAttention):
+        def __init__(self, d_model, h):
+            super().__init__(d_model, h)
+            built.append((d_model, h))
+
+        def forward(self, x, causal=True):
+            built.append((tuple(x.shape), x.dtype))
+            return super().forward(x, causal=causal)
+
+    result = check_multi_head_attention(Recording)
+    assert result.passed, result.message
+    assert {(12, 3), (10, 2), (8, 1), (16, 4), (24, 6)} <= set(built)
+    assert ((1, 40, 16), torch.float32) in built and ((2, 6, 24), torch.float64) in built
 
 
 # --- the contract: stubs, errors, misuse, determinism -----------------------------------------------
@@ -237,6 +309,7 @@ class StubModule(nn.Module):
 def test_a_stub_is_not_implemented_yet(check, stub):
     result = check(stub)
     assert isinstance(result, CheckResult) and not result.passed and result.mistake is None
+    assert result.message.startswith("⏳ not done yet:") and result.status == "not done yet"
     assert "not implemented yet" in result.message
 
 
@@ -261,29 +334,6 @@ def test_a_module_instance_instead_of_its_class_is_misuse():
         check_multi_head_attention(mha.MultiHeadAttention(12, 3))
 
 
-def test_wrong_module_layouts_are_explained():
-    class NoQKV(nn.Module):
-        def __init__(self, d_model, h):
-            super().__init__()
-            self.q, self.k, self.v = (nn.Linear(d_model, d_model) for _ in range(3))
-
-    assert "no `qkv` layer" in check_multi_head_attention(NoQKV).message
-    assert "should build an nn.Module" in check_multi_head_attention(lambda d, h: (d, h)).message
-
-    class AveragedWeights(ArticleMultiHeadAttention):
-        def forward(self, x, causal=True):
-            y, w = super().forward(x, causal)
-            return y, w.mean(dim=1)
-
-    assert "not their average" in check_multi_head_attention(AveragedWeights).message
-
-    class AlwaysCausal(ArticleMultiHeadAttention):
-        def forward(self, x, causal=True):
-            return super().forward(x, True)
-
-    assert "causal=False) still applies the causal mask" in check_multi_head_attention(AlwaysCausal).message
-
-
 @pytest.mark.parametrize("check", CHECKERS)
 def test_checkers_are_deterministic_and_leave_the_global_rng_alone(check):
     def noisy(*args, **kwargs):  # wrong, and random: uses the global RNG
@@ -297,11 +347,6 @@ def test_checkers_are_deterministic_and_leave_the_global_rng_alone(check):
     right = RIGHT[check][0]
     assert check(right).message == check(right).message
     assert torch.equal(torch.get_rng_state(), state)
-
-
-def test_a_mask_changed_in_place_is_caught():
-    result = check_torch_attn_mask(lambda keep: keep.logical_not_())
-    assert not result and "in place" in result.message
 
 
 def test_exercises_is_part_of_the_package():

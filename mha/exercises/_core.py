@@ -4,6 +4,9 @@ A checker's body raises :class:`Mistake` as soon as it knows what is wrong;
 :func:`checker` turns that (or a clean run) into a :class:`CheckResult`. The
 learner's code only ever runs through :func:`call`, which turns anything it
 raises into a Mistake, so a checker never raises because of the learner's code.
+
+Every message starts with its status in words after the mark, "✅ passed:", "❌ wrong:" or
+"⏳ not done yet:", so that it reads right where no emoji font is installed and the mark is a box.
 """
 
 from __future__ import annotations
@@ -15,9 +18,15 @@ from dataclasses import dataclass
 
 import torch
 
+from .mistakes import say
+
 # float32 probes: a right answer lands within ~1e-6 of the float64 reference; every
 # wrong answer the checkers name is off by more than 1e-2 on their probes.
 ATOL = 1e-4
+# Other dtypes' probes: how far a right answer may land from the float64 reference.
+ATOL_BY_DTYPE = {torch.float64: 1e-10, torch.float32: ATOL, torch.float16: 5e-3, torch.bfloat16: 3e-2}
+
+PASSED, WRONG, NOT_DONE = "✅ passed:", "❌ wrong:", "⏳ not done yet:"
 
 
 @dataclass(frozen=True, repr=False)
@@ -25,7 +34,8 @@ class CheckResult:
     """A checker's verdict. ``bool(result)`` is ``result.passed``.
 
     In a notebook the result displays as its message (a plain ``__repr__``, so
-    the stored output is the same text on every machine).
+    the stored output is the same text on every machine). The message starts
+    with its status: "✅ passed:", "❌ wrong:" or "⏳ not done yet:".
 
     Attributes:
         passed: True when the code gave the right answer on every probe.
@@ -38,6 +48,11 @@ class CheckResult:
     passed: bool
     message: str
     mistake: str | None = None
+
+    @property
+    def status(self) -> str:
+        """"passed", "wrong" or "not done yet": the words after the message's mark."""
+        return "passed" if self.passed else "not done yet" if self.message.startswith(NOT_DONE) else "wrong"
 
     def __bool__(self) -> bool:
         return self.passed
@@ -83,13 +98,13 @@ def checker(task: str, usage: str):
                 summary = body(fn)
             except _NotImplementedYet:
                 return CheckResult(
-                    False, f"⏳ {task} is not implemented yet: replace `raise NotImplementedError` with your "
-                    "code and run the check again.",
+                    False, f"{NOT_DONE} {task} is not implemented yet: replace `raise NotImplementedError` with "
+                    "your code and run the check again.",
                 )
             except Mistake as m:
                 where = f", {m.probe}" if m.probe else ""
-                return CheckResult(False, f"❌ {task}{where}: {m.message}", m.word)
-            return CheckResult(True, f"✅ {task} is correct: {summary}")
+                return CheckResult(False, f"{WRONG} {task}{where}: {m.message}", m.word)
+            return CheckResult(True, f"{PASSED} {task} is correct: {summary}")
 
         return check
 
@@ -99,7 +114,8 @@ def checker(task: str, usage: str):
 def call(fn, *args, what: str, probe: str, hint: str = "", **kwargs):
     """Run the learner's ``fn(*args, **kwargs)``; anything it raises becomes a Mistake.
 
-    ``hint`` is added to the message when it raises.
+    ``hint`` is added to the message when it raises; it may be a function of the
+    error's text, for hints that fit only some errors.
 
     Warnings are silenced (a notebook must not show stderr), autograd is off,
     and the global RNG is seeded inside a fork, so a learner's use of
@@ -114,30 +130,42 @@ def call(fn, *args, what: str, probe: str, hint: str = "", **kwargs):
         raise _NotImplementedYet from None
     except Exception as err:  # the learner's code failed: say how, never re-raise
         text = str(err).strip().splitlines()
-        detail = (f": {text[0][:300]}" if text else "") + (f". {hint}" if hint else "")
+        first = text[0][:300] if text else ""
+        extra = hint(first) if callable(hint) else hint
+        detail = (f": {first}" if first else "") + (f". {extra}" if extra else "")
         raise Mistake(f"{what} raised {type(err).__name__}{detail}", probe=probe) from None
 
 
-def expect_tensor(value, what: str, probe: str) -> torch.Tensor:
-    """The learner's returned value as a detached tensor, or a Mistake saying what it was."""
+def expect_tensor(value, what: str, probe: str, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """The learner's returned value as a detached tensor, or a Mistake saying what it was.
+
+    With ``dtype``, a floating tensor of another dtype is a Mistake too (code that
+    casts to float32 is right only for float32 inputs).
+    """
     if not isinstance(value, torch.Tensor):
         raise Mistake(f"{what} should be a torch.Tensor, but it is a {type(value).__name__}", probe=probe)
     if not value.is_floating_point():
         raise Mistake(f"{what} should be a floating tensor, but its dtype is {value.dtype}", probe=probe)
+    if dtype is not None and value.dtype != dtype:
+        raise Mistake(say("dtype", what=what, got=value.dtype, given=dtype, hint=""), probe=probe)
     return value.detach()
 
 
-def expect_pair(value, what: str, names: str, probe: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """Unpack a returned ``(a, b)`` pair of tensors."""
+def expect_pair(value, what: str, names: str, probe: str, dtype: torch.dtype | None = None):
+    """Unpack a returned ``(a, b)`` pair of tensors (of ``dtype``, if it is given)."""
     if not isinstance(value, (tuple, list)) or len(value) != 2:
         got = f"a {type(value).__name__}" + (f" of length {len(value)}" if isinstance(value, (tuple, list)) else "")
         raise Mistake(f"{what} should return a pair {names}, but it returned {got}", probe=probe)
     first, second = names.strip("()").split(", ")
-    return expect_tensor(value[0], first, probe), expect_tensor(value[1], second, probe)
+    return expect_tensor(value[0], first, probe, dtype), expect_tensor(value[1], second, probe, dtype)
 
 
-def matches(actual: torch.Tensor, expected: torch.Tensor, atol: float = ATOL) -> bool:
-    """Same shape and the same numbers to ``atol`` (NaN matches NaN: some wrong answers have it)."""
+def matches(actual: torch.Tensor, expected: torch.Tensor, atol: float | None = None) -> bool:
+    """Same shape and the same numbers to ``atol`` (NaN matches NaN: some wrong answers have it).
+
+    ``atol`` defaults to what a right answer computed in ``actual``'s dtype reaches.
+    """
+    atol = ATOL_BY_DTYPE.get(actual.dtype, ATOL) if atol is None else atol
     return actual.shape == expected.shape and torch.allclose(
         actual.double(), expected.double(), rtol=0.0, atol=atol, equal_nan=True
     )
@@ -164,32 +192,3 @@ def shape(*dims: int) -> str:
     return str(tuple(dims))
 
 
-def fit_scale(weights: torch.Tensor, scores: torch.Tensor, keep: torch.Tensor | None = None) -> float | None:
-    """The c with ``weights == softmax(c * scores)`` over the last dim, if there is one.
-
-    Within a row, log w_j - log w_i = c (s_j - s_i) for every kept key, so c is
-    a least-squares slope. Returns None when no single c explains the weights
-    (a blocked key got weight, a kept one got none, or the rows are not a
-    softmax of these scores at all).
-    """
-    w, s = weights.double(), scores.double()
-    keep = torch.ones_like(s, dtype=torch.bool) if keep is None else keep.expand_as(s)
-    if w.shape != s.shape or not torch.isfinite(w).all() or (w[keep] <= 0).any() or (w[~keep] != 0).any():
-        return None
-    n = keep.sum(-1, keepdim=True).clamp(min=1)
-    logw = torch.where(keep, w.clamp(min=1e-300).log(), 0.0)
-    a = torch.where(keep, logw - logw.sum(-1, keepdim=True) / n, 0.0)  # centred within each row
-    b = torch.where(keep, s - torch.where(keep, s, 0.0).sum(-1, keepdim=True) / n, 0.0)
-    if (b * b).sum() == 0:
-        return None
-    c = ((a * b).sum() / (b * b).sum()).item()
-    rows_sum_to_one = torch.allclose(w.sum(-1), torch.ones_like(w.sum(-1)), atol=1e-3)
-    return c if rows_sum_to_one and (a - c * b).abs().max() < 1e-2 else None
-
-
-def name_scale(c: float, names: dict[str, float]) -> str:
-    """'0.125 (1/d_k)' when c is one of the named scales, else 'about 0.17'."""
-    for name, value in names.items():
-        if math.isclose(c, value, rel_tol=1e-2):
-            return f"{value:.3g} ({name})"
-    return f"about {c:.2g}"

@@ -9,6 +9,7 @@ from torch import nn
 
 from ._core import Mistake, call, checker, difference, matches, shape
 from .attention import _KEEP
+from .mistakes import say
 
 D_MODEL, HEADS, B = 6, 2, 2
 
@@ -49,11 +50,12 @@ def check_torch_attn_mask(fn) -> str:
 
     Names the mistake "inverted" for a keep-mask passed through as it is; also
     recognises a 0/1 float mask (added to the scores, it blocks nothing), a
-    (S, T) mask, and a mask changed in place.
+    (S, T) mask, a float mask of another dtype than the module's, and a mask
+    changed in place.
 
     Returns:
         A :class:`CheckResult`; a stub that raises NotImplementedError gives
-        ``passed=False`` and "not implemented yet".
+        ``passed=False`` and "not done yet".
 
     Raises:
         TypeError: ``fn`` is not callable. The learner's code never makes it raise.
@@ -63,37 +65,23 @@ def check_torch_attn_mask(fn) -> str:
         given = keep.clone()
         attn_mask = call(fn, given, what="your to_torch_attn_mask", probe=probe)
         if not torch.equal(given, keep):
-            raise Mistake("your function changes the keep-mask it is given (in place); return a new "
-                          "tensor and leave the caller's mask as it was.", probe=probe)
+            raise Mistake(say("mask changed in place"), probe=probe)
         if not isinstance(attn_mask, torch.Tensor):
             raise Mistake(f"it should return a torch.Tensor, but it returned a {type(attn_mask).__name__}", probe=probe)
         T, S = keep.shape
         if T != S and attn_mask.shape == (S, T):
-            raise Mistake(f"the mask has shape {shape(S, T)}, keys by queries; attn_mask is (T, S) = "
-                          f"{shape(T, S)}, one row per query, like the keep-mask.", probe=probe)
-        y, w = call(_attend, m, attn_mask, x, context, what="nn.MultiheadAttention with your attn_mask", probe=probe)
+            raise Mistake(say("mask keys by queries", got=shape(S, T), want=shape(T, S)), probe=probe)
+        hint = say("float mask dtype", dtype=attn_mask.dtype) if attn_mask.dtype not in (torch.bool, x.dtype) else ""
+        y, w = call(_attend, m, attn_mask, x, context, what="nn.MultiheadAttention with your attn_mask", probe=probe,
+                    hint=hint)
         right_y, right_w = _attend(m, ~keep, x, context)
         if matches(w, right_w) and matches(y, right_y):
             continue
         if matches(w, _attend(m, keep, x, context)[1]):
-            raise Mistake(
-                "the mask is inverted: nn.MultiheadAttention reads a bool attn_mask as True = blocked, "
-                "the opposite of a keep-mask, so passing the keep-mask as it is blocks exactly the keys that "
-                "should be attended to (and a causal one leaves the last query nothing: NaN). Return ~keep.",
-                "inverted", probe=probe,
-            )
+            raise Mistake(say("torch mask inverted"), "inverted", probe=probe)
         if attn_mask.is_floating_point() and bool(torch.isfinite(attn_mask).all()):
-            raise Mistake(
-                "your float mask blocks nothing: nn.MultiheadAttention adds a float attn_mask to the "
-                "scores, so finite values such as 0s and 1s only nudge them. Return a bool mask with True = "
-                "blocked (~keep), or a float one with -inf where blocked and 0 elsewhere.",
-                probe=probe,
-            )
+            raise Mistake(say("float mask blocks nothing"), probe=probe)
         if w.isnan().any() and not right_w.isnan().any():
-            raise Mistake(
-                "the weights come out NaN. If you built the mask as something times -inf, note that "
-                "0 * -inf is NaN: use torch.zeros(T, S).masked_fill(~keep, float('-inf')), or return ~keep.",
-                probe=probe,
-            )
+            raise Mistake(say("zero times inf"), probe=probe)
         raise Mistake(difference(w, right_w, "the per-head weights"), probe=probe)
     return "nn.MultiheadAttention with your attn_mask attends exactly where the keep-mask is True (two probes)."
