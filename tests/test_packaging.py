@@ -95,8 +95,7 @@ CPU_TORCH = "pip install torch --index-url https://download.pytorch.org/whl/cpu"
 
 
 def test_set_up_commands_make_a_venv_and_install_cpu_torch_before_anything_else():
-    notebooks, library = bash_blocks(README, "Set up")
-    (tests,) = bash_blocks(GUIDE, "Set up")
+    notebooks, library, tests = bash_blocks(README, "Set up")
     assert steps(notebooks)[:5] == [
         "git clone https://github.com/transformer-on-ramp/mha", "cd mha", "python3 -m venv .venv",
         ". .venv/bin/activate", CPU_TORCH,
@@ -105,8 +104,8 @@ def test_set_up_commands_make_a_venv_and_install_cpu_torch_before_anything_else(
     assert steps(library) == [CPU_TORCH, "pip install mha"]
     assert steps(tests)[:3] == ["python3 -m venv .venv", ". .venv/bin/activate", CPU_TORCH]
     # CI installs its own CPU torch, then runs the last line, found as .ci/run finds it.
-    pattern = re.search(r"grep -m1 -E '([^']+)' CONTRIBUTING.md", CI).group(1)
-    ci_lines = [line for line in GUIDE.splitlines() if re.search(pattern, line)]
+    pattern = re.search(r"grep -m1 -E '([^']+)' README.md", CI).group(1)
+    ci_lines = [line for line in README.splitlines() if re.search(pattern, line)]
     assert ci_lines == [tests.splitlines()[-1]]
     assert ci_lines[0].endswith("python -m pytest --site --nbval --nbval-current-env tests notebooks")
     # And the website's build line, as .ci/run and tests/test_site.py run it.
