@@ -160,6 +160,7 @@ ODD_ANSWERS = st.one_of(
 )
 
 
+@pytest.mark.slow
 @given(answer=ODD_ANSWERS, scalar=st.booleans(), reveal=st.booleans())
 def test_a_learners_answer_never_makes_it_raise(answer, scalar, reveal):
     expected = 4096 if scalar else {"a": 1.5, "b": -2}

@@ -195,6 +195,7 @@ def test_C2_all_zero_float_mask_is_refused():
     assert torch.equal(out, torch.zeros(1, 3, 4)) and torch.equal(w, torch.zeros(1, 3, 3))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dynamic", [True, False])
 @pytest.mark.parametrize("need_weights", [True, False])
 def test_C10_compiled_layer_matches_eager(need_weights, dynamic, graphs):
@@ -214,6 +215,7 @@ def test_C10_compiled_layer_matches_eager(need_weights, dynamic, graphs):
     assert graphs.count == (1 if dynamic else 2)  # dynamic: one graph serves every length
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("max_len", [None, 32], ids=["growing", "preallocated"])
 @pytest.mark.parametrize("need_weights, n_kv_heads", [(True, None), (False, None), (False, 2)])
 def test_C10_compiled_decode_loop_with_kv_cache(need_weights, n_kv_heads, max_len, graphs):

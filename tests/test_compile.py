@@ -18,6 +18,9 @@ from torch.export import Dim, export
 
 import mha
 
+# torch.compile and torch.export take up to seconds a test (inductor the most): the fast tier leaves this file out.
+pytestmark = pytest.mark.slow
+
 
 class Layer(nn.Module):
     """Tensors in, tensors out, as torch.export and torch.jit.trace want: x and an optional keep-mask."""

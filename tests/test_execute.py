@@ -93,6 +93,7 @@ def test_rerun_leaves_the_notebook_unchanged(tmp_path):
     assert new != nb.cells[1].outputs  # the code changed since the commit: its new output is stored
 
 
+@pytest.mark.slow
 def test_C20_a_failing_cell_is_named_with_its_notebook_and_error(tmp_path):
     """The case: a notebook whose second cell is 1 / 0. Before: exit 1 after a 33-line traceback through nbclient and
     asyncio, with colour codes, that never named the notebook."""

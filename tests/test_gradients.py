@@ -10,6 +10,7 @@ import mha
 KEEP = torch.tensor([[1, 1, 0, 1], [0, 0, 0, 0], [1, 0, 1, 1]], dtype=torch.bool)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("need_weights", [True, False])
 @pytest.mark.parametrize("mask, is_causal", [(None, False), (None, True), (KEEP, False), (KEEP, True)])
 def test_gradcheck_function(mask, is_causal, need_weights):

@@ -202,6 +202,7 @@ def test_any_token_keeps_the_html_and_the_static_picture_valid(tokens, name):
     assert not INVISIBLE.search("".join(drawn))
 
 
+@pytest.mark.slow
 @given(tokens=st.lists(TOKEN, min_size=1, max_size=3))
 def test_any_token_keeps_the_png_valid(tokens):
     w = torch.full((1, len(tokens), len(tokens)), 1 / len(tokens))
@@ -319,6 +320,7 @@ head_view(w, ["a", "b", "c", "d", "e"])
 """
 
 
+@pytest.mark.slow
 def test_strict_nbval_accepts_a_stored_head_view_and_catches_a_changed_one(tmp_path):
     """Store a head view as a notebook output, then let strict nbval re-run it. Cell 1 stores what this
     process computes: it passes. Cell 2 stores the same HTML with one weight changed by 0.001: it fails.
@@ -462,6 +464,7 @@ assert "matplotlib" not in sys.modules
 """
 
 
+@pytest.mark.slow
 def test_the_head_view_works_without_matplotlib_and_pictures_name_the_extra(tmp_path):
     result = subprocess.run([sys.executable, "-c", WITHOUT_MATPLOTLIB, str(tmp_path)], capture_output=True, text=True,
                             timeout=300)

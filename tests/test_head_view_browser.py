@@ -14,7 +14,7 @@ import torch
 import mha
 from mha.plot import head_view
 
-pytestmark = pytest.mark.site
+pytestmark = [pytest.mark.site, pytest.mark.slow]
 
 READ = """
 const root = arguments[0];

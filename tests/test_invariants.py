@@ -107,6 +107,7 @@ def test_train_mode_honours_dropout_rate():
     assert abs(w_train.sum(-1).mean().item() - 1.0) < 0.02
 
 
+@pytest.mark.slow
 def test_fused_path_applies_dropout_in_training_only():
     m = mha.MultiHeadAttention(16, 4, dropout=0.5)
     x = torch.randn(2, 5, 16)

@@ -323,6 +323,7 @@ def test_a_rank_error_is_raised_in_the_parent_with_its_traceback():
     assert not multiprocessing.active_children()
 
 
+@pytest.mark.slow
 def test_a_hung_rank_times_out_and_is_stopped():
     start = time.monotonic()
     with pytest.raises(TimeoutError, match=r"ranks \[1\] of 2 did not finish within timeout=1"):
@@ -345,6 +346,7 @@ def _all_reduce_ranks():
     return t.item()
 
 
+@pytest.mark.slow
 def test_spawn_starts_fresh_interpreters_by_default():
     assert run_on_ranks(_all_reduce_ranks) == [3.0, 3.0]  # 1 + 2, on both ranks
 

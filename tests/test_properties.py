@@ -43,6 +43,7 @@ def attention_cases(draw):
     )
 
 
+@pytest.mark.slow
 @settings(max_examples=400)
 @given(attention_cases())
 def test_module_matches_pytorch(case):
@@ -75,6 +76,7 @@ def test_module_matches_pytorch(case):
     assert_close(y_fused, y)
 
 
+@pytest.mark.slow
 @settings(max_examples=150)
 @given(attention_cases(), st.sampled_from([1, 2]))
 def test_gqa_with_all_kv_heads_is_plain_mha(case, _):
@@ -91,6 +93,7 @@ def test_gqa_with_all_kv_heads_is_plain_mha(case, _):
         assert torch.equal(a[0], b[0])
 
 
+@pytest.mark.slow
 @settings(max_examples=150)
 @given(attention_cases(), st.integers(1, 4))
 def test_grouped_query_matches_expanded_heads(case, g_seed):

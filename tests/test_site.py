@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 import torch
 
-pytestmark = pytest.mark.site
+pytestmark = [pytest.mark.site, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
