@@ -9,10 +9,14 @@ import mha
 TOL = {torch.float64: dict(rtol=0, atol=1e-10), torch.float32: dict(rtol=0, atol=1e-5)}
 
 
-def assert_close(actual, expected, dtype=None, atol=None):
-    """``torch.testing.assert_close`` with no relative tolerance: within ``atol``, or within TOL of the dtype."""
+def assert_close(actual, expected, dtype=None, atol=None, where=None):
+    """``torch.testing.assert_close`` with no relative tolerance: within ``atol``, or within TOL of the dtype.
+
+    ``where`` (anything printable) goes in front of the failure message, to name the case in a loop.
+    """
     tol = TOL[dtype or actual.dtype] if atol is None else dict(rtol=0, atol=atol)
-    torch.testing.assert_close(actual, expected, **tol)
+    msg = None if where is None else lambda message: f"{where}: {message}"
+    torch.testing.assert_close(actual, expected, msg=msg, **tol)
 
 
 def examples(under_ci, profile=None):
