@@ -16,7 +16,7 @@ def run(*args):
 
 
 @pytest.mark.slow
-def test_default_walkthrough():
+def test_the_walkthrough_prints_every_shape_and_parameter_count():
     r = run()
     assert r.returncode == 0, r.stderr
     out = r.stdout
@@ -29,7 +29,7 @@ def test_default_walkthrough():
 
 
 @pytest.mark.slow
-def test_options():
+def test_size_options_change_the_printed_shapes():
     r = run("--d-model", "48", "--heads", "3", "--batch", "1", "--tokens", "5")
     assert r.returncode == 0 and "(1, 3, 5, 16)" in r.stdout
 

@@ -86,7 +86,7 @@ def test_jit_trace_runs_at_other_lengths(need_weights):
 
 @pytest.mark.skipif(shutil.which("g++") is None and shutil.which("clang++") is None,
                     reason="inductor on CPU needs a C++ compiler (g++ or clang++)")
-def test_inductor_fused_path():
+def test_inductor_compiled_fused_path_matches_eager():
     torch.compiler.reset()
     m = mha.MultiHeadAttention(16, 4).eval()
     f = torch.compile(m, backend="inductor", fullgraph=True)

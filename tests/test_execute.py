@@ -44,7 +44,7 @@ def test_carriage_return_overwrites_and_backspace_erases_as_in_a_front_end():
     assert execute.as_displayed("abx\x08c\n") == "abc\n"
 
 
-def test_same_but_numbers():
+def test_outputs_that_differ_only_in_their_numbers_count_as_the_same():
     out = [nbformat.v4.new_output("stream", name="stdout", text="explicit: 71.3 ms  fused: 37.2 ms\n")]
     other = [nbformat.v4.new_output("stream", name="stdout", text="explicit: 105.27 ms  fused: 8.0 ms\n")]
     worded = [nbformat.v4.new_output("stream", name="stdout", text="explicit: 71.3 ms  fused: n/a\n")]

@@ -265,7 +265,7 @@ def test_bad_weights_raise_a_clear_error(weights, error, match):
         head_view(weights, TOKENS)
 
 
-def test_bad_labels():
+def test_wrong_labels_raise_naming_the_counts_they_should_match():
     w = torch.rand(4, 6, 6)
     with pytest.raises(ValueError, match=r"tokens has 5 labels but T \(the number of queries\) is 6"):
         head_view(w, TOKENS[:5])
@@ -281,7 +281,7 @@ def test_bad_labels():
         head_view(w, TOKENS, layer_names=["a", "b"])
 
 
-def test_save(tmp_path):
+def test_save_writes_html_svg_or_png_by_suffix_and_refuses_others(tmp_path):
     view = head_view(layer_weights(), TOKENS)
     for suffix in ("html", "svg", "png"):
         view.save(tmp_path / f"v.{suffix}")

@@ -339,7 +339,7 @@ def test_release_check_names_what_disagrees():
     assert r.returncode != 0 and "no section '## [9.9.9]" in r.stderr
 
 
-def test_metadata_for_the_package_index():
+def test_package_index_metadata_has_urls_classifiers_and_absolute_links():
     project = PYPROJECT["project"]
     assert {"Homepage", "Documentation", "Source", "Issues", "Changelog"} <= set(project["urls"])
     assert project["authors"] and any(c.startswith("Intended Audience :: Education") for c in project["classifiers"])
@@ -350,7 +350,7 @@ def test_metadata_for_the_package_index():
     assert links and not [u for u in links if not u.startswith(("https://", "http://"))]
 
 
-def test_workflows_and_issue_templates():
+def test_ci_runs_ci_run_tags_publish_to_pypi_and_issue_templates_exist():
     import yaml
 
     def load(name):

@@ -214,7 +214,7 @@ def test_decoding_with_a_cache_per_rank(ranks):
         assert res["decode"]["cache_shape"] == (2, 1, 6, D_MODEL // H)  # n_kv_heads / N = 1 K/V head
 
 
-def test_errors_name_the_numbers(ranks):
+def test_sharding_errors_name_h_n_kv_heads_and_the_mask_shape(ranks):
     errors = ranks[0]["errors"]
     assert "h=3" in errors["h"] and "N=2" in errors["h"]
     assert "n_kv_heads=1" in errors["n_kv_heads"] and "N=2" in errors["n_kv_heads"]
@@ -295,7 +295,7 @@ def test_shard_heads_needs_an_initialised_process_group():
         shard_heads(mha.MultiHeadAttention(D_MODEL, H))
 
 
-def test_rows_name_the_numbers():
+def test_qkv_rows_and_out_columns_errors_name_the_numbers():
     with pytest.raises(ValueError, match="h=4 heads across N=3"):
         qkv_rows(mha.MultiHeadAttention(D_MODEL, H), 0, 3)
     with pytest.raises(ValueError, match=r"rank=2 is not in \[0, world_size=2\)"):

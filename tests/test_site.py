@@ -193,7 +193,7 @@ def test_internal_links_and_images_resolve_and_nothing_loads_from_outside(site):
 
 
 @pytest.mark.parametrize("page", PAGES)
-def test_page_in_browser(page, browser, server):
+def test_every_page_loads_without_errors_broken_images_or_outside_requests(page, browser, server):
     open_page(browser, server + page)
     broken_images = browser.execute_async_script(IMAGES_JS)
     errors = [e["message"] for e in browser.get_log("browser") if e["level"] == "SEVERE"]
