@@ -6,6 +6,7 @@ from hypothesis import HealthCheck, settings
 
 # "ci" is reproducible (derandomized) so a CI run can be repeated exactly;
 # HYPOTHESIS_PROFILE=dev explores new random examples on every run.
+# A test that needs more examples asks for a multiple of the profile's (helpers.examples), so the profile governs.
 settings.register_profile(
     "ci", derandomize=True, deadline=None, max_examples=60, print_blob=True,
     suppress_health_check=[HealthCheck.too_slow],

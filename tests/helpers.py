@@ -1,17 +1,33 @@
-"""Reference computations the tests compare against: PyTorch's own modules and kernels."""
+"""What the tests compare against (PyTorch's modules and kernels), one assert_close, and hypothesis example counts."""
 
 import torch
 import torch.nn.functional as F
+from hypothesis import settings
 
 import mha
 
 TOL = {torch.float64: dict(rtol=0, atol=1e-10), torch.float32: dict(rtol=0, atol=1e-5)}
 
 
-def assert_close(actual, expected, dtype=None, atol=None):
-    """``torch.testing.assert_close`` with no relative tolerance: within ``atol``, or within TOL of the dtype."""
+def assert_close(actual, expected, dtype=None, atol=None, where=None):
+    """``torch.testing.assert_close`` with no relative tolerance: within ``atol``, or within TOL of the dtype.
+
+    ``where`` (anything printable) goes in front of the failure message, to name the case in a loop.
+    """
     tol = TOL[dtype or actual.dtype] if atol is None else dict(rtol=0, atol=atol)
-    torch.testing.assert_close(actual, expected, **tol)
+    msg = None if where is None else lambda message: f"{where}: {message}"
+    torch.testing.assert_close(actual, expected, msg=msg, **tol)
+
+
+def examples(under_ci, profile=None):
+    """Hypothesis settings for a test that needs more examples than the profile's max_examples.
+
+    ``under_ci`` is the count under the ci profile (tests/conftest.py). Every other profile scales it by its own
+    max_examples over ci's, so the profile still governs: HYPOTHESIS_PROFILE=dev, which runs more examples than
+    ci, runs more of these too. ``profile`` names a profile to compute for instead of the loaded one.
+    """
+    chosen = settings.default if profile is None else settings.get_profile(profile)
+    return settings(max_examples=round(under_ci * chosen.max_examples / settings.get_profile("ci").max_examples))
 
 
 def torch_reference(m, x, context=None, keep=None):

@@ -108,7 +108,7 @@ MUTANTS = [
         (("mha/masks.py", "        return ~keep\n", "        return keep\n"),
          ("mha/masks.py", "return ~keep.expand(B, h, T, S)", "return keep.expand(B, h, T, S)")),
                 (
-            "tests/test_interop.py::test_attn_mask_conversion",
+            "tests/test_interop.py::test_to_torch_attn_mask_inverts_keep_masks_and_repeats_them_per_head",
             "tests/test_exercises.py::test_right_code_passes[check_torch_attn_mask-to_torch_attn_mask]",
         ),
     ),

@@ -18,13 +18,13 @@ from hypothesis import strategies as st
 from mha.exercises import check_answer
 
 
-def test_not_answered_yet():
+def test_an_unanswered_question_says_not_done_yet_and_hides_the_answer():
     r = check_answer(None, 4096, name="the weights")
     assert not r and r.message.startswith("⏳ not done yet:") and "not answered yet" in r.message
     assert r.status == "not done yet" and "4,096" not in r.message
 
 
-def test_exact_integer():
+def test_an_integer_must_be_exact_and_a_wrong_one_is_told_which_way_without_the_answer():
     r = check_answer(4096, 4096, name="the weights")
     assert r and r.message == "✅ passed: the weights is right (exactly)." and r.status == "passed"
     r = check_answer(4224, 4096, name="the weights", hint="Biases are not weights.")
@@ -32,7 +32,7 @@ def test_exact_integer():
     assert "Biases are not weights." in r.message and "4,096" not in r.message and "reveal=True" in r.message
 
 
-def test_tolerance():
+def test_a_float_passes_within_tol_and_a_near_miss_is_told_it_is_close():
     assert check_answer(0.90, 0.91, name="the largest weight", tol=0.05)
     r = check_answer(0.80, 0.91, name="the largest weight", tol=0.05)
     assert not r and "too low by 10% to 50%" in r.message and "0.91" not in r.message
@@ -160,6 +160,7 @@ ODD_ANSWERS = st.one_of(
 )
 
 
+@pytest.mark.slow
 @given(answer=ODD_ANSWERS, scalar=st.booleans(), reveal=st.booleans())
 def test_a_learners_answer_never_makes_it_raise(answer, scalar, reveal):
     expected = 4096 if scalar else {"a": 1.5, "b": -2}
@@ -195,7 +196,7 @@ def _format(value):
 
 
 @pytest.mark.parametrize("kwargs, err", [({"tol": -1}, ValueError), ({"tol": "0.1"}, TypeError)])
-def test_misuse_raises(kwargs, err):
+def test_a_bad_tol_or_an_expected_value_that_is_not_a_number_raises(kwargs, err):
     with pytest.raises(err):
         check_answer(1, 1, name="x", **kwargs)
     with pytest.raises(TypeError):

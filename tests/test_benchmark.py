@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "attention.py"
 
 
@@ -28,6 +30,7 @@ def shape(results: dict) -> dict:
     }
 
 
+@pytest.mark.slow
 def test_benchmark_smoke_runs_and_prints_every_table(tmp_path):
     r = subprocess.run(
         [sys.executable, str(SCRIPT), "--smoke", "--json", str(tmp_path / "r.json"), "--threads", "1"],
@@ -62,6 +65,7 @@ def test_benchmark_smoke_runs_and_prints_every_table(tmp_path):
     assert sizes == [(12, 12, 24), (1, 12, 512)]  # the recorded run measures the sizes of case C16
 
 
+@pytest.mark.slow
 def test_only_the_head_view_is_measured_into_a_recorded_run(tmp_path):
     """--only-head-view replaces the head view's numbers and targets in a recorded run, keeps the rest as it was
     measured, and the report says that the head view was measured apart (and when)."""

@@ -16,7 +16,7 @@ def test_llama2_70b_attention_parameters():
 
 
 @pytest.mark.parametrize("g", [1, 2, 4])
-def test_gqa_layout(g):
+def test_fewer_kv_heads_shrink_the_qkv_projection_not_the_outputs(g):
     m = mha.MultiHeadAttention(32, 4, n_kv_heads=g)
     assert m.qkv.weight.shape == (32 + 2 * g * 8, 32)
     y, w = m(torch.randn(2, 5, 32))
@@ -43,7 +43,7 @@ def test_incremental_decoding_equals_one_causal_call(n_kv_heads, need_weights, c
 
 
 @pytest.mark.parametrize("max_len", [None, 20])
-def test_cache_memory(max_len):
+def test_nbytes_counts_the_filled_positions_or_the_whole_buffers_and_reset_empties(max_len):
     B, S, d_model, h = 2, 7, 64, 8
     for g in (8, 2, 1):
         cache = mha.KVCache(max_len=max_len)
@@ -151,7 +151,7 @@ def test_max_len_must_be_a_positive_int(max_len, error, message):
         mha.KVCache(max_len=max_len)
 
 
-def test_repr_and_len():
+def test_repr_shows_length_max_len_shape_and_bytes():
     m = mha.MultiHeadAttention(16, 4)
     grown, prealloc = mha.KVCache(), mha.KVCache(max_len=32)
     assert repr(grown) == "KVCache(len=0, k_shape=None, nbytes=0)"

@@ -15,7 +15,8 @@ def run(*args):
     return subprocess.run([sys.executable, "-m", "mha", *args], capture_output=True, text=True, timeout=120)
 
 
-def test_default_walkthrough():
+@pytest.mark.slow
+def test_the_walkthrough_prints_every_shape_and_parameter_count():
     r = run()
     assert r.returncode == 0, r.stderr
     out = r.stdout
@@ -27,11 +28,13 @@ def test_default_walkthrough():
     assert r.stderr == ""
 
 
-def test_options():
+@pytest.mark.slow
+def test_size_options_change_the_printed_shapes():
     r = run("--d-model", "48", "--heads", "3", "--batch", "1", "--tokens", "5")
     assert r.returncode == 0 and "(1, 3, 5, 16)" in r.stdout
 
 
+@pytest.mark.slow
 def test_bad_option_is_one_line_and_exit_2():
     for args in (["--d-model", "30", "--heads", "4"], ["--heads", "x"], ["--tokens", "0"]):
         r = run(*args)
@@ -107,6 +110,7 @@ def test_C21_a_size_over_the_memory_budget_is_refused_before_allocating(args, sh
     assert memory_needed(*(over[o] for o in ("--d-model", "--heads", "--batch", "--tokens"))) > BUDGET
 
 
+@pytest.mark.slow
 def test_C21_refused_in_one_line_from_the_command_line():
     r = run("--tokens", "5000")
     assert r.returncode == 2 and r.stdout == ""

@@ -30,6 +30,8 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 from test_notebooks import NOTEBOOKS, SOLUTIONS, VERSION, cells, source
 
+pytestmark = pytest.mark.slow  # minutes, with --colab: never part of the fast tier
+
 ROOT = Path(__file__).resolve().parents[1]
 PINNED = f"mha=={VERSION}"
 COLAB_HAS = ["ipykernel", "matplotlib", "tqdm"]  # besides torch; all preinstalled in Colab

@@ -18,6 +18,9 @@ from torch.export import Dim, export
 
 import mha
 
+# torch.compile and torch.export take up to seconds a test (inductor the most): the fast tier leaves this file out.
+pytestmark = pytest.mark.slow
+
 
 class Layer(nn.Module):
     """Tensors in, tensors out, as torch.export and torch.jit.trace want: x and an optional keep-mask."""
@@ -83,7 +86,7 @@ def test_jit_trace_runs_at_other_lengths(need_weights):
 
 @pytest.mark.skipif(shutil.which("g++") is None and shutil.which("clang++") is None,
                     reason="inductor on CPU needs a C++ compiler (g++ or clang++)")
-def test_inductor_fused_path():
+def test_inductor_compiled_fused_path_matches_eager():
     torch.compiler.reset()
     m = mha.MultiHeadAttention(16, 4).eval()
     f = torch.compile(m, backend="inductor", fullgraph=True)

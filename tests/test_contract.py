@@ -10,13 +10,13 @@ from torch import nn
 import mha
 
 
-def test_article_example_shapes():
+def test_the_articles_example_gives_y_and_per_head_weights():
     y, w = mha.MultiHeadAttention(d_model=32, h=4)(torch.randn(2, 6, 32))
     assert y.shape == (2, 6, 32)
     assert w.shape == (2, 4, 6, 6)
 
 
-def test_module_layout():
+def test_layer_holds_one_fused_qkv_linear_and_one_output_linear():
     m = mha.MultiHeadAttention(32, 4)
     assert (m.h, m.d_k) == (4, 8)
     assert isinstance(m.qkv, nn.Linear) and m.qkv.weight.shape == (96, 32)
@@ -42,7 +42,7 @@ def test_parameter_count_does_not_depend_on_heads(h):
 
 
 @pytest.mark.parametrize("h", [1, 2, 4, 8, 16, 32])
-def test_parameter_formula(h):
+def test_parameter_count_is_4_d_model_squared_plus_4_d_model_for_any_h(h):
     d = 32
     c = mha.count_parameters(mha.MultiHeadAttention(d, h))
     assert c.weights == 4 * d * d and c.biases == 4 * d and c.total == 4 * d * d + 4 * d
@@ -53,7 +53,7 @@ def test_gpt2_small_attention_parameters():
     assert (c.weights, c.biases, c.total) == (2_359_296, 3_072, 2_362_368)
 
 
-def test_count_matches_torch_module():
+def test_parameter_count_matches_nn_multiheadattention():
     assert mha.count_parameters(nn.MultiheadAttention(768, 12)) == mha.count_parameters(
         mha.MultiHeadAttention(768, 12)
     )
@@ -145,7 +145,7 @@ def test_half_precision_survives_autocast():
             assert torch.isfinite(m(x, need_weights=need_weights)[0]).all()
 
 
-def test_empty_batch_and_sequences():
+def test_empty_batches_and_sequences_give_empty_finite_outputs():
     m = mha.MultiHeadAttention(8, 2)
     assert m(torch.randn(0, 3, 8))[0].shape == (0, 3, 8)
     assert m(torch.randn(2, 0, 8))[1].shape == (2, 2, 0, 0)

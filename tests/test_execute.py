@@ -44,7 +44,7 @@ def test_carriage_return_overwrites_and_backspace_erases_as_in_a_front_end():
     assert execute.as_displayed("abx\x08c\n") == "abc\n"
 
 
-def test_same_but_numbers():
+def test_outputs_that_differ_only_in_their_numbers_count_as_the_same():
     out = [nbformat.v4.new_output("stream", name="stdout", text="explicit: 71.3 ms  fused: 37.2 ms\n")]
     other = [nbformat.v4.new_output("stream", name="stdout", text="explicit: 105.27 ms  fused: 8.0 ms\n")]
     worded = [nbformat.v4.new_output("stream", name="stdout", text="explicit: 71.3 ms  fused: n/a\n")]
@@ -93,6 +93,7 @@ def test_rerun_leaves_the_notebook_unchanged(tmp_path):
     assert new != nb.cells[1].outputs  # the code changed since the commit: its new output is stored
 
 
+@pytest.mark.slow
 def test_C20_a_failing_cell_is_named_with_its_notebook_and_error(tmp_path):
     """The case: a notebook whose second cell is 1 / 0. Before: exit 1 after a 33-line traceback through nbclient and
     asyncio, with colour codes, that never named the notebook."""

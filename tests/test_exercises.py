@@ -324,7 +324,7 @@ def test_code_that_raises_never_makes_the_checker_raise(check):
 
 @pytest.mark.parametrize("check", CHECKERS)
 @pytest.mark.parametrize("not_callable", [None, torch.zeros(2), "split_heads"])
-def test_misuse_raises_type_error(check, not_callable):
+def test_a_checker_given_something_not_callable_raises_type_error(check, not_callable):
     with pytest.raises(TypeError, match="not callable"):
         check(not_callable)
 

@@ -98,6 +98,7 @@ def test_the_shipped_results_are_a_full_sweep():
             assert ("removed" in run) == (run["h"] == 4)
 
 
+@pytest.mark.slow
 def test_the_sweep_smoke_runs_and_writes_what_the_notebook_reads(tmp_path):
     smoke, printed = run_sweep(tmp_path, "--smoke", "--workers", "1")
     assert smoke["config"]["smoke"] and smoke["config"]["seeds"] == [0]

@@ -10,9 +10,10 @@ import mha
 KEEP = torch.tensor([[1, 1, 0, 1], [0, 0, 0, 0], [1, 0, 1, 1]], dtype=torch.bool)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("need_weights", [True, False])
 @pytest.mark.parametrize("mask, is_causal", [(None, False), (None, True), (KEEP, False), (KEEP, True)])
-def test_gradcheck_function(mask, is_causal, need_weights):
+def test_function_gradients_match_finite_differences_with_blocked_rows(mask, is_causal, need_weights):
     q = torch.randn(2, 3, 5, dtype=torch.float64, requires_grad=True)
     k = torch.randn(2, 4, 5, dtype=torch.float64, requires_grad=True)
     v = torch.randn(2, 4, 3, dtype=torch.float64, requires_grad=True)
@@ -26,7 +27,7 @@ def test_gradcheck_function(mask, is_causal, need_weights):
 
 @pytest.mark.parametrize("need_weights", [True, False])
 @pytest.mark.parametrize("n_kv_heads", [None, 1])
-def test_gradcheck_module_with_blocked_rows(need_weights, n_kv_heads):
+def test_layer_gradients_match_finite_differences_and_stay_finite_on_padding(need_weights, n_kv_heads):
     m = mha.MultiHeadAttention(8, 2, n_kv_heads=n_kv_heads).double()
     x = torch.randn(2, 4, 8, dtype=torch.float64, requires_grad=True)
     keep = mha.padding_mask([3, 0], 4)[:, None, None, :]  # sample 1 is all padding
@@ -41,7 +42,7 @@ def test_gradcheck_module_with_blocked_rows(need_weights, n_kv_heads):
     assert all(torch.isfinite(p.grad).all() for p in m.parameters())
 
 
-def test_gradcheck_cross_attention():
+def test_cross_attention_gradients_match_finite_differences():
     m = mha.MultiHeadAttention(6, 3).double()
     x = torch.randn(1, 2, 6, dtype=torch.float64, requires_grad=True)
     c = torch.randn(1, 5, 6, dtype=torch.float64, requires_grad=True)

@@ -22,6 +22,7 @@ import matplotlib.image  # noqa: E402
 import nbformat  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
+from helpers import assert_close  # noqa: E402
 from hypothesis import given  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
@@ -96,7 +97,7 @@ def test_html_stores_the_rounded_weights_tokens_and_names():
     for layer, w in zip(data["layers"], (w0, w1)):
         stored = torch.tensor(layer["w"], dtype=torch.float64) / data["scale"]  # (h, T, S)
         assert stored.shape == (4, 6, 6)
-        assert (stored - w.double()).abs().max().item() <= 0.0005 + 1e-12  # rounded to 3 decimals
+        assert_close(stored, w.double(), atol=0.0005 + 1e-12)  # rounded to 3 decimals
     # The root carries the content hash; nothing else in the HTML has an id.
     roots = [a for t, a in parts.tags if a.get("class") == "mha-hv"]
     assert len(roots) == 1 and roots[0]["data-mha-hv"] == view.key and re.fullmatch(r"[0-9a-f]{12}", view.key)
@@ -202,6 +203,7 @@ def test_any_token_keeps_the_html_and_the_static_picture_valid(tokens, name):
     assert not INVISIBLE.search("".join(drawn))
 
 
+@pytest.mark.slow
 @given(tokens=st.lists(TOKEN, min_size=1, max_size=3))
 def test_any_token_keeps_the_png_valid(tokens):
     w = torch.full((1, len(tokens), len(tokens)), 1 / len(tokens))
@@ -239,40 +241,31 @@ def test_accepts_grad_half_precision_and_masked_rows():
     head_view(blocked, TOKENS)
 
 
-@pytest.mark.parametrize(
-    "weights, match",
-    [
-        (torch.rand(6, 6), r"must be \(h, T, S\) or \(1, h, T, S\), got shape \(6, 6\)"),
-        (torch.rand(2, 4, 6, 6), r"a batch of 2; .* pass w\[b\]"),
-        (torch.rand(1, 1, 4, 6, 6), r"got shape \(1, 1, 4, 6, 6\)"),
-        (torch.rand(0, 6, 6), "must all be at least 1"),
-        ([], "empty list"),
-        ([torch.rand(4, 6, 6), torch.rand(2, 6, 6)], r"weights\[0\] is \(4, 6, 6\), weights\[1\] is \(2, 6, 6\)"),
-        (torch.full((4, 6, 6), float("nan")), "contains NaN"),
-        (torch.randn(4, 6, 6) * 3, r"must lie in \[0, 1\].*scores before the softmax"),
-        (torch.full((4, 6, 6), 1.25), "from 1.25 to 1.25: .* training mode with dropout"),
-    ],
-)
-def test_bad_weights_raise_value_error(weights, match):
-    with pytest.raises(ValueError, match=match):
+BAD_WEIGHTS = [  # (weights, exception, regex that the message must match)
+    (torch.rand(6, 6), ValueError, r"must be \(h, T, S\) or \(1, h, T, S\), got shape \(6, 6\)"),
+    (torch.rand(2, 4, 6, 6), ValueError, r"a batch of 2; .* pass w\[b\]"),
+    (torch.rand(1, 1, 4, 6, 6), ValueError, r"got shape \(1, 1, 4, 6, 6\)"),
+    (torch.rand(0, 6, 6), ValueError, "must all be at least 1"),
+    ([], ValueError, "empty list"),
+    ([torch.rand(4, 6, 6), torch.rand(2, 6, 6)], ValueError,
+     r"weights\[0\] is \(4, 6, 6\), weights\[1\] is \(2, 6, 6\)"),
+    (torch.full((4, 6, 6), float("nan")), ValueError, "contains NaN"),
+    (torch.randn(4, 6, 6) * 3, ValueError, r"must lie in \[0, 1\].*scores before the softmax"),
+    (torch.full((4, 6, 6), 1.25), ValueError, "from 1.25 to 1.25: .* training mode with dropout"),
+    ([[0.5, 0.5]], TypeError, "must be a torch.Tensor"),
+    ("weights", TypeError, "must be a torch.Tensor"),
+    (torch.ones(4, 6, 6, dtype=torch.int64), TypeError, "floating point"),
+    ([torch.rand(4, 6, 6), "x"], TypeError, r"weights\[1\] must be a torch.Tensor"),
+]
+
+
+@pytest.mark.parametrize("weights, error, match", BAD_WEIGHTS)
+def test_bad_weights_raise_a_clear_error(weights, error, match):
+    with pytest.raises(error, match=match):
         head_view(weights, TOKENS)
 
 
-@pytest.mark.parametrize(
-    "weights, match",
-    [
-        ([[0.5, 0.5]], "must be a torch.Tensor"),
-        ("weights", "must be a torch.Tensor"),
-        (torch.ones(4, 6, 6, dtype=torch.int64), "floating point"),
-        ([torch.rand(4, 6, 6), "x"], r"weights\[1\] must be a torch.Tensor"),
-    ],
-)
-def test_bad_weight_types_raise_type_error(weights, match):
-    with pytest.raises(TypeError, match=match):
-        head_view(weights, TOKENS)
-
-
-def test_bad_labels():
+def test_wrong_labels_raise_naming_the_counts_they_should_match():
     w = torch.rand(4, 6, 6)
     with pytest.raises(ValueError, match=r"tokens has 5 labels but T \(the number of queries\) is 6"):
         head_view(w, TOKENS[:5])
@@ -288,7 +281,7 @@ def test_bad_labels():
         head_view(w, TOKENS, layer_names=["a", "b"])
 
 
-def test_save(tmp_path):
+def test_save_writes_html_svg_or_png_by_suffix_and_refuses_others(tmp_path):
     view = head_view(layer_weights(), TOKENS)
     for suffix in ("html", "svg", "png"):
         view.save(tmp_path / f"v.{suffix}")
@@ -319,6 +312,7 @@ head_view(w, ["a", "b", "c", "d", "e"])
 """
 
 
+@pytest.mark.slow
 def test_strict_nbval_accepts_a_stored_head_view_and_catches_a_changed_one(tmp_path):
     """Store a head view as a notebook output, then let strict nbval re-run it. Cell 1 stores what this
     process computes: it passes. Cell 2 stores the same HTML with one weight changed by 0.001: it fails.
@@ -462,6 +456,7 @@ assert "matplotlib" not in sys.modules
 """
 
 
+@pytest.mark.slow
 def test_the_head_view_works_without_matplotlib_and_pictures_name_the_extra(tmp_path):
     result = subprocess.run([sys.executable, "-c", WITHOUT_MATPLOTLIB, str(tmp_path)], capture_output=True, text=True,
                             timeout=300)

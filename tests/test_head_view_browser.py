@@ -10,11 +10,12 @@ import shutil
 
 import pytest
 import torch
+from helpers import assert_close
 
 import mha
 from mha.plot import head_view
 
-pytestmark = pytest.mark.site
+pytestmark = [pytest.mark.site, pytest.mark.slow]
 
 READ = """
 const root = arguments[0];
@@ -86,7 +87,7 @@ def test_the_view_renders_and_hovering_a_query_lights_its_row(browser, tmp_path)
     ActionChains(browser).move_to_element(queries[3]).perform()
     seen = browser.execute_script(READ, root)
     cells = torch.tensor([t["cells"] for t in seen["k"]], dtype=torch.float64).T  # (h, S)
-    assert torch.allclose(cells, w[:, 3].double(), atol=6e-4)
+    assert_close(cells, w[:, 3].double(), atol=6e-4)
     assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
 
 
@@ -106,7 +107,7 @@ def test_layers_heads_pinning_and_export(browser, tmp_path):
     ActionChains(browser).move_to_element(keys[1]).perform()  # a key: the queries light up with its column
     seen = browser.execute_script(READ, root)
     cells = torch.tensor([t["cells"] for t in seen["q"]], dtype=torch.float64).T  # (h, T)
-    assert torch.allclose(cells, w1[:, :, 1].double(), atol=6e-4)
+    assert_close(cells, w1[:, :, 1].double(), atol=6e-4)
     assert "key \u201cb\u201d gets most attention from" in seen["readout"]
     buttons = root.find_elements(By.CSS_SELECTOR, "button.mha-hv-head")
     buttons[0].click()
@@ -145,7 +146,7 @@ def test_C16_a_512_token_view_runs_and_shows_the_weights_it_kept(browser, tmp_pa
     cells = torch.tensor([t["cells"] for t in seen["k"]], dtype=torch.float64).T  # (h, S)
     row = torch.round(w[:, 300].double() * 1000) / 1000
     kept = (row >= 0.01) | torch.nn.functional.one_hot(row.argmax(-1), 512).bool()  # and each row's first largest
-    assert torch.allclose(cells, torch.where(kept, row, 0.0), atol=6e-4)
+    assert_close(cells, torch.where(kept, row, 0.0), atol=6e-4)
     assert seen["lines"] == int((row >= 0.01).sum())
     assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
 

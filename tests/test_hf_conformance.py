@@ -52,7 +52,7 @@ def assert_conforms(y, w, y_ref, w_ref, tol):
 
 
 @pytest.mark.parametrize("padded", [False, True], ids=["causal", "causal+padding"])
-def test_gpt2_attention(padded):
+def test_matches_gpt2_attention_with_its_weights(padded):
     config = transformers.GPT2Config(n_embd=24, n_head=4, n_layer=1, attn_pdrop=0.0, resid_pdrop=0.0,
                                      attn_implementation="eager")
     ref = randomize(GPT2Attention(config, layer_idx=0))
@@ -74,7 +74,7 @@ def test_gpt2_attention(padded):
 
 @pytest.mark.parametrize("head_dim", [8, 12], ids=["head_dim=d_model/h", "head_dim=12"])
 @pytest.mark.parametrize("bias", [False, True])
-def test_llama_attention_with_grouped_query_heads(bias, head_dim):
+def test_matches_llama_attention_with_grouped_query_heads(bias, head_dim):
     # 4 query heads share 2 K/V heads. RoPE is applied outside mha, so it is neutralised: cos = 1, sin = 0.
     # head_dim=12 makes the heads 48 wide in a 32-wide model (Gemma-style), mha's explicit d_k.
     config = transformers.LlamaConfig(hidden_size=32, num_attention_heads=4, num_key_value_heads=2,
@@ -98,7 +98,7 @@ def test_llama_attention_with_grouped_query_heads(bias, head_dim):
     assert_conforms(y, w, y_ref, w_ref, tol=1e-5)
 
 
-def test_bert_self_attention_bidirectional_with_padding():
+def test_matches_bert_self_attention_bidirectional_with_padding():
     config = transformers.BertConfig(hidden_size=16, num_attention_heads=4, intermediate_size=32,
                                      attention_probs_dropout_prob=0.0, hidden_dropout_prob=0.0,
                                      attn_implementation="eager")

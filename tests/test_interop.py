@@ -29,7 +29,7 @@ def test_to_torch_is_batch_first_and_keeps_dropout():
     assert ref.batch_first and ref.dropout == 0.1 and not ref.training
 
 
-def test_attn_mask_conversion():
+def test_to_torch_attn_mask_inverts_keep_masks_and_repeats_them_per_head():
     keep = mha.causal_mask(3)
     assert torch.equal(mha.to_torch_attn_mask(keep), ~keep)
     assert torch.equal(mha.to_torch_attn_mask(keep.float()), ~keep)  # float 0/1 too

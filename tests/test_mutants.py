@@ -25,6 +25,7 @@ def test_the_mutant_still_applies_to_the_library(mutant):
     assert mutant.killers
 
 
+@pytest.mark.slow
 def test_every_mutant_fails_its_killers_which_pass_on_the_library():
     result = subprocess.run(
         [sys.executable, str(ROOT / "tests" / "mutants.py"), "--killers"],

@@ -80,6 +80,7 @@ FIGURE_CELL = (
 )
 
 
+@pytest.mark.slow
 def test_C13_a_local_dpi_fails_strict_nbval_unless_the_style_is_pinned(tmp_path, monkeypatch):
     """The failure of C13, reproduced with the real nbval, and the fix the notebooks use."""
     defaults, hostile = tmp_path / "defaults.rc", tmp_path / "hostile.rc"

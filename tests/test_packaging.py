@@ -126,6 +126,7 @@ def test_readme_is_at_most_1500_words():
     assert len(README.split()) <= 1500
 
 
+@pytest.mark.slow
 def test_readme_python_blocks_run_and_print_what_their_comments_say():
     blocks = re.findall(r"```python\n(.*?)```", README, re.S)
     assert blocks
@@ -187,6 +188,7 @@ def without_optional():
     return json.loads(r.stdout)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("module", MODULES)
 def test_every_public_module_imports_without_the_notebook_extras_or_names_the_extra(module, without_optional):
     got = without_optional[module]
@@ -232,12 +234,14 @@ def dist(request, tmp_path_factory):
     return sdist, wheel
 
 
+@pytest.mark.slow
 def test_sdist_and_wheel_pass_twine_check_strict(dist):
     r = subprocess.run([sys.executable, "-m", "twine", "check", "--strict", *map(str, dist)],
                        capture_output=True, text=True, env={**os.environ, "NO_COLOR": "1"})
     assert r.returncode == 0 and r.stdout.count("PASSED") == 2, r.stdout + r.stderr
 
 
+@pytest.mark.slow
 def test_the_wheel_holds_the_package_and_the_sdist_builds_it_without_tests(dist):
     sdist, wheel = dist
     version = re.search(r'__version__ = "([^"]+)"', (ROOT / "mha" / "__init__.py").read_text()).group(1)
@@ -276,6 +280,7 @@ def alone(dist, tmp_path_factory):
     return run
 
 
+@pytest.mark.slow
 def test_import_mha_with_only_the_declared_dependencies_is_silent(alone):
     r = alone("import mha, sys; print(mha.__file__)")
     assert r.returncode == 0 and r.stderr == "", r.stderr  # torch warns "Failed to initialize NumPy" without numpy
@@ -284,6 +289,7 @@ def test_import_mha_with_only_the_declared_dependencies_is_silent(alone):
     assert r.returncode == 0 and r.stderr == "" and "module == step by step:" in r.stdout, r.stderr
 
 
+@pytest.mark.slow
 def test_the_head_view_renders_with_only_the_declared_dependencies(alone):
     code = (
         "import torch\nfrom mha.plot import head_view\n"
@@ -332,7 +338,7 @@ def test_release_check_names_what_disagrees():
     assert r.returncode != 0 and "no section '## [9.9.9]" in r.stderr
 
 
-def test_metadata_for_the_package_index():
+def test_package_index_metadata_has_urls_classifiers_and_absolute_links():
     project = PYPROJECT["project"]
     assert {"Homepage", "Documentation", "Source", "Issues", "Changelog"} <= set(project["urls"])
     assert project["authors"] and any(c.startswith("Intended Audience :: Education") for c in project["classifiers"])
@@ -343,7 +349,7 @@ def test_metadata_for_the_package_index():
     assert links and not [u for u in links if not u.startswith(("https://", "http://"))]
 
 
-def test_workflows_and_issue_templates():
+def test_ci_runs_ci_run_tags_publish_to_pypi_and_issue_templates_exist():
     import yaml
 
     def load(name):

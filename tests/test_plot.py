@@ -18,7 +18,7 @@ def _close():
     plt.close("all")
 
 
-def test_plot_heads_structure():
+def test_plot_heads_draws_a_labelled_heatmap_per_head_on_one_colour_scale():
     w = torch.softmax(torch.randn(2, 4, 3, 5), -1)
     fig = plot_heads(w, ["a", "b", "c"], key_tokens=list("vwxyz"), batch_index=1, title="t")
     heat = [ax for ax in fig.axes if ax.images]
@@ -52,7 +52,7 @@ def test_plot_heads_scale_is_not_set_by_a_forced_row():
     assert images[-1].colorbar.extend == "max"  # and the colorbar says that values lie above the scale
 
 
-def test_plot_heads_vmax():
+def test_plot_heads_colour_scale_tops_at_vmax_or_the_largest_weight():
     w = torch.eye(3).expand(2, 3, 3)  # every row forced onto one key: the scale falls back to the largest weight
     image = [ax for ax in plot_heads(w).axes if ax.images][-1].images[0]
     assert image.get_clim() == (0.0, 1.0) and image.colorbar.extend == "neither"
@@ -65,7 +65,7 @@ def test_plot_heads_vmax():
             plot_heads(w, vmax=bad)
 
 
-def test_plot_heads_grid_and_grad_tensors():
+def test_plot_heads_wraps_heads_into_rows_and_takes_tensors_that_need_grad():
     m = mha.MultiHeadAttention(24, 6)
     _, w = m(torch.randn(1, 4, 24))
     assert w.requires_grad
@@ -73,7 +73,7 @@ def test_plot_heads_grid_and_grad_tensors():
     assert len([ax for ax in fig.axes if ax.images]) == 6  # 2 rows, empty slots removed
 
 
-def test_plot_mask_structure():
+def test_plot_mask_draws_the_mask_as_0_and_1_with_its_labels():
     fig = plot_mask(mha.causal_mask(2, 5).int(), ["q0", "q1"], key_tokens=list("abcde"))
     (ax,) = fig.axes
     assert ax.images[0].get_clim() == (0.0, 1.0)
@@ -81,7 +81,7 @@ def test_plot_mask_structure():
     assert [t.get_text() for t in ax.get_xticklabels()] == list("abcde")
 
 
-def test_plot_errors():
+def test_plot_heads_and_plot_mask_refuse_wrong_labels_shapes_and_values():
     with pytest.raises(ValueError, match="has 2 labels but T = 3"):
         plot_heads(torch.rand(1, 3, 3), ["a", "b"])
     with pytest.raises(ValueError, match=r"\(h, T, S\)"):
@@ -90,7 +90,7 @@ def test_plot_errors():
         plot_mask(torch.full((2, 2), 0.5))
 
 
-def test_plot_argument_errors():
+def test_plot_heads_refuses_a_bad_batch_index_ncols_or_head_names():
     w = torch.rand(2, 3, 4, 4)
     with pytest.raises(ValueError, match="batch_index=5"):
         plot_heads(w, batch_index=5)

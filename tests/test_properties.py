@@ -5,12 +5,16 @@ Each example draws d_model and h (h = 1 and h = d_model included), B, T, S
 broadcastable shapes, or a padding mask built from lengths. Both our paths
 (explicit with weights, fused without) must match nn.MultiheadAttention and
 F.scaled_dot_product_attention: 1e-10 in float64, 1e-5 in float32.
+
+The three layer tests run 400, 150 and 150 examples under the ci profile (tests/conftest.py), and under any other
+profile as many times more as its max_examples is ci's (helpers.examples): HYPOTHESIS_PROFILE=dev runs 1,333, 500
+and 500. They take seconds, so they are marked slow.
 """
 
 import pytest
 import torch
-from helpers import assert_close, sdpa_reference, torch_reference
-from hypothesis import given, settings
+from helpers import assert_close, examples, sdpa_reference, torch_reference
+from hypothesis import given
 from hypothesis import strategies as st
 
 import mha
@@ -43,7 +47,8 @@ def attention_cases(draw):
     )
 
 
-@settings(max_examples=400)
+@pytest.mark.slow
+@examples(400)
 @given(attention_cases())
 def test_module_matches_pytorch(case):
     torch.manual_seed(case["seed"])
@@ -75,7 +80,8 @@ def test_module_matches_pytorch(case):
     assert_close(y_fused, y)
 
 
-@settings(max_examples=150)
+@pytest.mark.slow
+@examples(150)
 @given(attention_cases(), st.sampled_from([1, 2]))
 def test_gqa_with_all_kv_heads_is_plain_mha(case, _):
     # n_kv_heads = h is exactly the plain module: same parameters, same outputs.
@@ -91,7 +97,8 @@ def test_gqa_with_all_kv_heads_is_plain_mha(case, _):
         assert torch.equal(a[0], b[0])
 
 
-@settings(max_examples=150)
+@pytest.mark.slow
+@examples(150)
 @given(attention_cases(), st.integers(1, 4))
 def test_grouped_query_matches_expanded_heads(case, g_seed):
     # GQA equals plain MHA whose K/V projections repeat each K/V head h/g times.

@@ -50,7 +50,7 @@ def test_function_matches_torch_sdpa(shape_q, shape_k, is_causal, dtype):
     assert_close(fused, expected)
 
 
-def test_gqa_routes_agree(monkeypatch):
+def test_grouped_query_attention_agrees_on_native_expanded_and_explicit_paths(monkeypatch):
     q, k, v = torch.randn(2, 6, 5, 4), torch.randn(2, 2, 7, 4), torch.randn(2, 2, 7, 3)
     keep = torch.rand(2, 6, 5, 7) > 0.3
     native, _ = mha.scaled_dot_product_attention(q, k, v, keep, enable_gqa=True, need_weights=False)

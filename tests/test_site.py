@@ -27,8 +27,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import assert_close
 
-pytestmark = pytest.mark.site
+pytestmark = [pytest.mark.site, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -192,7 +193,7 @@ def test_internal_links_and_images_resolve_and_nothing_loads_from_outside(site):
 
 
 @pytest.mark.parametrize("page", PAGES)
-def test_page_in_browser(page, browser, server):
+def test_every_page_loads_without_errors_broken_images_or_outside_requests(page, browser, server):
     open_page(browser, server + page)
     broken_images = browser.execute_async_script(IMAGES_JS)
     errors = [e["message"] for e in browser.get_log("browser") if e["level"] == "SEVERE"]
@@ -272,7 +273,7 @@ def test_head_view_highlights_follow_the_weights(browser, server):
             act.move_to_element(queries[i]).perform()
             seen = hv_read(browser, root)
             cells = torch.tensor([tok["cells"] for tok in seen["k"]], dtype=torch.float64).T  # (h, S)
-            assert torch.allclose(cells, w[:, i, :], atol=6e-4), (layer, i)
+            assert_close(cells, w[:, i, :], atol=6e-4, where=f"layer {layer}, query {i}")
             for k in range(h):
                 best = clear_margin_argmax(w[k, i])
                 if best is not None:  # the most-attended key is the most highlighted, head by head
@@ -291,7 +292,7 @@ def test_head_view_highlights_follow_the_weights(browser, server):
     act.move_to_element(keys[j]).perform()
     seen = hv_read(browser, root)
     cells = torch.tensor([tok["cells"] for tok in seen["q"]], dtype=torch.float64).T  # (h, T)
-    assert torch.allclose(cells, weights[1][:, :, j], atol=6e-4)
+    assert_close(cells, weights[1][:, :, j], atol=6e-4)
     assert "key \u201c" + tokens[j] + "\u201d" in seen["readout"]
 
     # Heads toggle: leave only head 2, and everything drawn is head 2's.
