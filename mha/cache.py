@@ -34,15 +34,15 @@ class KVCache:
     gradients of the same loss on one causal call over the whole sequence.
 
     A cache serves one layer: the layer that first fills it owns it until
-    ``reset()``, and another layer passing it raises (in eager mode; a
-    ``torch.compile``d step does not record or check the owner).
+    ``reset()``, and another layer passing it raises (in eager mode; a step
+    compiled with ``torch.compile`` does not record or check the owner).
 
-    Attributes (read-only; ``reorder`` and ``reset`` change them):
-        k, v: the cached keys and values, (B, n_kv_heads, S, d_k) with S =
-            ``len(cache)``, or None before the first update. They live on the
-            device and in the dtype of the first update. With ``max_len`` they
-            are views of the first S positions of the buffers.
-        max_len: the most positions a preallocated cache holds, or None.
+    ``k``, ``v`` and ``max_len`` are read-only properties (``reorder`` and
+    ``reset`` change what they hold). ``k`` and ``v`` are the cached keys and
+    values, (B, n_kv_heads, S, d_k) with S = ``len(cache)``, or None before
+    the first update; they live on the device and in the dtype of the first
+    update, and with ``max_len`` they are views of the first S positions of
+    the buffers.
 
     Raises:
         TypeError: ``max_len`` is not an int.

@@ -317,8 +317,10 @@ def _sleep_on_rank_1():
 def test_a_rank_error_is_raised_in_the_parent_with_its_traceback():
     start = time.monotonic()
     with pytest.raises(ValueError, match="bad input on rank 1") as info:
-        run_on_ranks(_fail_on_rank_1, start_method="fork", timeout=30)
-    assert time.monotonic() - start < 10  # rank 0, stuck in the barrier, was stopped
+        run_on_ranks(_fail_on_rank_1, start_method="fork", timeout=600)
+    # Rank 0, stuck in the barrier, was stopped: not a speed goal, a wait far below the timeout (a loaded CI
+    # machine takes seconds to fork and join two ranks).
+    assert time.monotonic() - start < 120
     cause = str(info.value.__cause__)
     assert "rank 1 of 2 raised" in cause and "_fail_on_rank_1" in cause
     assert not multiprocessing.active_children()
@@ -329,7 +331,7 @@ def test_a_hung_rank_times_out_and_is_stopped():
     start = time.monotonic()
     with pytest.raises(TimeoutError, match=r"ranks \[1\] of 2 did not finish within timeout=1"):
         run_on_ranks(_sleep_on_rank_1, start_method="fork", timeout=1)
-    assert time.monotonic() - start < 10
+    assert time.monotonic() - start < 55  # rank 1's 60 s sleep was cut short
     assert not multiprocessing.active_children()
 
 

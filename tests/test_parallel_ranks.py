@@ -187,6 +187,6 @@ def _rank_1_raises_before_the_forward():
 def test_a_rank_that_never_calls_the_forward_stops_the_run_quickly():
     start = time.monotonic()
     with pytest.raises(KeyError, match="rank 1's data loader failed"):
-        run_on_ranks(_rank_1_raises_before_the_forward, start_method="fork", timeout=60)
-    assert time.monotonic() - start < 15  # rank 0, waiting in the forward, was stopped: no 60 s wait
+        run_on_ranks(_rank_1_raises_before_the_forward, start_method="fork", timeout=600)
+    assert time.monotonic() - start < 120  # rank 0, waiting in the forward, was stopped: no wait for the timeout
     assert not multiprocessing.active_children()

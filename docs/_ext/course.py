@@ -197,10 +197,25 @@ def api_rst(topic: str) -> str:
                 lines.append("   :members:")
         elif callable(obj):
             lines.append(f".. autofunction:: {dotted}")
-        else:
-            lines += [f".. autodata:: {dotted}", "   :no-value:"]
+        else:  # data: its `#:` comment, from the module that defines it (autodoc would show type(obj)'s docstring)
+            lines += [f".. py:data:: {dotted}", "", f"   {data_doc(module, name)}"]
         lines.append("")
     return "```{eval-rst}\n" + "\n".join(lines) + "```"
+
+
+def data_doc(module: str, name: str) -> str:
+    """The ``#:`` comment above ``name = ...`` in ``module`` or one of its submodules (a package re-exports it)."""
+    import pkgutil
+
+    from sphinx.pycode import ModuleAnalyzer
+
+    package = importlib.import_module(module)
+    candidates = [module] + [f"{module}.{m.name}" for m in pkgutil.iter_modules(getattr(package, "__path__", []))]
+    for candidate in candidates:
+        docs = ModuleAnalyzer.for_module(candidate).find_attr_docs().get(("", name))
+        if docs:
+            return " ".join(line.strip() for line in docs if line.strip())
+    raise ConfigError(f"{module}.{name} is public data without a `#:` comment above its assignment: write one")
 
 
 def version() -> str:
