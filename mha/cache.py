@@ -37,6 +37,13 @@ class KVCache:
     ``reset()``, and another layer passing it raises (in eager mode; a
     ``torch.compile``d step does not record or check the owner).
 
+    ``copy.copy(cache)`` and ``copy.deepcopy(cache)`` give an independent
+    cache, as beam search needs to fork a hypothesis: copies of the keys and
+    values (``clone()``, so gradients still flow back into the prefix that
+    computed them), the same ``max_len``, and the same owner layer, not a copy
+    of it. Stepping the copy leaves the original as it was, and the other way
+    round.
+
     Attributes (read-only; ``reorder`` and ``reset`` change them):
         k, v: the cached keys and values, (B, n_kv_heads, S, d_k) with S =
             ``len(cache)``, or None before the first update. They live on the
@@ -157,6 +164,24 @@ class KVCache:
             self._k, self._v = self._k_buffer[:, :, :S], self._v_buffer[:, :, :S]
         else:
             self._k, self._v = self._k.index_select(0, index), self._v.index_select(0, index)
+
+    def __copy__(self) -> KVCache:
+        """An independent cache: copies of the keys and values (and buffers), the same max_len and owner layer."""
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__)  # max_len, the owner layer (the same one), and any subclass state
+        if self._k is None:
+            return new
+        S = len(self)
+        if self._max_len is None:
+            new._k, new._v = self._k.clone(), self._v.clone()
+        else:  # new buffers, so that neither cache's next step writes into the other's
+            new._k_buffer, new._v_buffer = self._k_buffer.clone(), self._v_buffer.clone()
+            new._k, new._v = new._k_buffer[:, :, :S], new._v_buffer[:, :, :S]
+        return new
+
+    def __deepcopy__(self, memo) -> KVCache:
+        """As ``copy.copy``: the tensors are copied; the owner layer is not (the copy serves the same layer)."""
+        return self.__copy__()
 
     def __len__(self) -> int:
         """Number of cached positions S."""

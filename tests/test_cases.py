@@ -3,6 +3,7 @@
 Each test is named after its case id and fixes the whole kind of fault.
 """
 
+import copy
 import io
 
 import pytest
@@ -490,6 +491,36 @@ def test_C18_beams_may_change_the_batch_and_are_checked():
                 cache.reorder(beams)
         assert cache.k.size(0) == 4
     mha.KVCache().reorder([2, 0])  # an empty cache has nothing to reorder
+
+
+@pytest.mark.parametrize("max_len", [None, 16], ids=["growing", "preallocated"])
+@pytest.mark.parametrize("how", [copy.copy, copy.deepcopy], ids=["copy", "deepcopy"])
+@pytest.mark.parametrize("grad", [False, True], ids=["no_grad", "grad"])
+def test_C18_a_copied_cache_forks_a_beam_that_equals_recomputing_its_prefix(max_len, how, grad):
+    # The fault: copy.copy of a preallocated cache shared its buffers (each branch wrote over the other's keys, off
+    # by 0.28); deepcopy copied the owner layer too (the layer then refused its own cache), or failed inside torch
+    # with gradients on.
+    m = mha.MultiHeadAttention(16, 4, n_kv_heads=2, dtype=torch.float64).eval()
+    prefix = torch.randn(2, 3, 16, dtype=torch.float64, requires_grad=grad)
+    a, b = torch.randn(2, 2, 16, dtype=torch.float64), torch.randn(2, 2, 16, dtype=torch.float64)
+    cache = mha.KVCache(max_len=max_len)
+    with torch.set_grad_enabled(grad):
+        m(prefix, cache=cache)
+        fork = how(cache)
+        forked, kept = [], []
+        for t in range(2):  # the two branches step in turn, each after the other wrote
+            forked.append(m(a[:, t : t + 1], cache=fork)[0])
+            kept.append(m(b[:, t : t + 1], cache=cache)[0])
+        assert_close(torch.cat(forked, 1), m(torch.cat([prefix, a], 1))[0][:, 3:])
+        assert_close(torch.cat(kept, 1), m(torch.cat([prefix, b], 1))[0][:, 3:])
+    assert len(fork) == len(cache) == 5 and fork.max_len == max_len
+    if grad:  # the copy's keys are clones: a loss on the forked branch reaches the prefix that computed them
+        stepped = torch.autograd.grad(torch.cat(forked, 1).sum(), prefix)[0]
+        full = torch.autograd.grad(m(torch.cat([prefix, a], 1))[0][:, 3:].sum(), prefix)[0]
+        assert_close(stepped, full)
+    # The same owner: another layer is refused by the copy as by the original.
+    with pytest.raises(ValueError, match=r"holds the keys of another layer"):
+        mha.MultiHeadAttention(16, 4, n_kv_heads=2, dtype=torch.float64)(a[:, :1], cache=fork)
 
 
 @pytest.mark.parametrize("saved, loading, names", [
