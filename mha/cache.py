@@ -44,6 +44,10 @@ class KVCache:
     of it. Stepping the copy leaves the original as it was, and the other way
     round.
 
+    A cache filled under ``torch.inference_mode()`` keeps working outside it:
+    a preallocated one then continues in copies of its buffers (inference
+    tensors cannot be written in place outside that mode).
+
     Attributes (read-only; ``reorder`` and ``reset`` change them):
         k, v: the cached keys and values, (B, n_kv_heads, S, d_k) with S =
             ``len(cache)``, or None before the first update. They live on the
@@ -130,6 +134,10 @@ class KVCache:
             B, g, _, d_k = k.shape
             self._k_buffer = k.new_empty(B, g, self._max_len, d_k)  # (B, g, max_len, d_k)
             self._v_buffer = v.new_empty(B, g, self._max_len, v.size(-1))
+        elif not (torch.compiler.is_compiling() or torch.is_inference_mode_enabled()) and self._k_buffer.is_inference():
+            # Filled under torch.inference_mode(): torch forbids writing such tensors in place outside it.
+            # (Eager only: dynamo does not trace is_inference(), and a compiled step is not inference mode's.)
+            self._k_buffer, self._v_buffer = self._k_buffer.clone(), self._v_buffer.clone()
         # Written in place: only the new positions are copied, and the buffers never change shape.
         self._k_buffer[:, :, S : S + T] = k
         self._v_buffer[:, :, S : S + T] = v
