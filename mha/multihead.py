@@ -38,6 +38,12 @@ class MultiHeadAttention(nn.Module):
 
     Attributes:
         h, d_k, n_kv_heads, d_model, dropout.
+        head_config: int64 buffer [h, n_kv_heads, d_k], saved in the
+            ``state_dict``. ``load_state_dict`` refuses a state_dict whose
+            ``head_config`` differs (strict or not), before copying any weight;
+            one without it (mha 0.2, or a dict built by other code) loads as
+            before. To load this layer's state_dict into a module that has no
+            such buffer, leave the entry out (or pass ``strict=False``).
         qkv: ``nn.Linear(d_model, (h + 2 * n_kv_heads) * d_k)``. Its
             weight rows are [W_Q; W_K; W_V], the layout of
             ``nn.MultiheadAttention.in_proj_weight`` (for n_kv_heads = h and
@@ -72,6 +78,10 @@ class MultiHeadAttention(nn.Module):
         self._widths = [h * d_k, n_kv_heads * d_k, n_kv_heads * d_k]  # rows of W_Q, W_K, W_V in qkv
         self.qkv = nn.Linear(d_model, sum(self._widths), bias=bias, device=device, dtype=dtype)
         self.out = nn.Linear(h * d_k, d_model, bias=bias, device=device, dtype=dtype)
+        # Saved with the weights, which have the same shapes for any h (and any n_kv_heads with d_k fixed): a
+        # checkpoint of another head count would load without a word and compute something else (case C19).
+        # An integer tensor, so .half() and .to(dtype) leave it alone.
+        self.register_buffer("head_config", torch.tensor([h, n_kv_heads, d_k], device=device))
 
     def forward(self, x: torch.Tensor, context: torch.Tensor | None = None, *, causal: bool = True,
                 mask: torch.Tensor | None = None, need_weights: bool = True, cache: KVCache | None = None,
@@ -226,26 +236,20 @@ class MultiHeadAttention(nn.Module):
             new.out.weight.copy_(layer.out.weight[:, cols.to(weight.device)])
             if new.out.bias is not None:
                 new.out.bias.copy_(layer.out.bias)
+            new.head_config.copy_(torch.tensor([new.h, new.n_kv_heads, new.d_k]))  # to_empty left it unset
         for mine, theirs in ((new.qkv.weight, weight), (new.qkv.bias, layer.qkv.bias),
                              (new.out.weight, layer.out.weight), (new.out.bias, layer.out.bias)):
             if mine is not None:
                 mine.requires_grad_(theirs.requires_grad)  # frozen stays frozen
         return new.train(layer.training)
 
-    # Every tensor of the layer has the same shape for any h (and n_kv_heads with d_k fixed), so a
-    # checkpoint of another head count would load without a word and compute something else (case C19).
-    # The head counts go in the state_dict's metadata, where nn.Module records each module's version:
-    # no new entry, so state_dicts keep exactly the keys of nn.Linear-based layers and of mha 0.2.
-
-    def _save_to_state_dict(self, destination, prefix, keep_vars):
-        super()._save_to_state_dict(destination, prefix, keep_vars)
-        metadata = getattr(destination, "_metadata", None)
-        if metadata is not None:
-            metadata.setdefault(prefix[:-1], {}).update(h=self.h, n_kv_heads=self.n_kv_heads, d_k=self.d_k)
-
-    def _load_from_state_dict(self, state_dict, prefix, local_metadata, *args, **kwargs):
-        checks.checkpoint_heads(self, local_metadata)  # before any of this layer's weights are copied
-        super()._load_from_state_dict(state_dict, prefix, local_metadata, *args, **kwargs)
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        key = prefix + "head_config"
+        checks.checkpoint_heads(self, state_dict.get(key))  # before any of this layer's weights are copied
+        # Matching, or not saved (a state_dict of mha 0.2): the layer's own counts load. load_state_dict hands each
+        # module a copy of the dict to change; a fresh tensor also mends one that to_empty() left unset.
+        state_dict[key] = torch.tensor([self.h, self.n_kv_heads, self.d_k], device=self.head_config.device)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def extra_repr(self) -> str:
         kv = f", n_kv_heads={self.n_kv_heads}" if self.n_kv_heads != self.h else ""

@@ -546,28 +546,86 @@ def test_C19_a_checkpoint_of_another_head_count_is_refused(saved, loading, names
     assert all(torch.equal(a, b) for a, b in zip(before, target.parameters()))  # nothing was copied
 
 
-def test_C19_the_same_sizes_and_0_2_checkpoints_load_and_keys_stay_as_they_were():
+def _strip_prefix(state):
+    return {k.removeprefix("module."): v for k, v in state.items()}
+
+
+# Ways a state_dict is rebuilt on its way to a layer (case C19): the head counts must survive every one.
+REBUILT = {
+    "dict(sd)": dict,
+    "comprehension": lambda sd: {k: v for k, v in sd.items()},
+    "half, then float": lambda sd: {k: v.half().float() for k, v in sd.items()},
+    "bfloat16": lambda sd: {k: v.bfloat16() for k, v in sd.items()},
+    "module. prefix stripped": lambda sd: _strip_prefix({f"module.{k}": v for k, v in sd.items()}),
+}
+
+
+@pytest.mark.parametrize("rebuild", REBUILT.values(), ids=REBUILT.keys())
+def test_C19_the_head_counts_survive_a_rebuilt_state_dict(rebuild):
+    # The fault: the counts lived in state_dict._metadata, which every rebuilt dict drops, so a (32, 4) checkpoint
+    # loaded into MultiHeadAttention(32, 8) without a word.
+    source, target = mha.MultiHeadAttention(32, 4), mha.MultiHeadAttention(32, 8)
+    before = [t.clone() for t in target.state_dict().values()]
+    for strict in (True, False):
+        with pytest.raises(ValueError, match=r"from a layer with h=4, n_kv_heads=4, d_k=8, but this layer has h=8"):
+            target.load_state_dict(rebuild(source.state_dict()), strict=strict)
+    assert all(torch.equal(a, b) for a, b in zip(before, target.state_dict().values()))  # nothing was copied
+    same = mha.MultiHeadAttention(32, 4, dtype=torch.float64)  # the same sizes load, whatever the dtype
+    same.load_state_dict(rebuild(source.state_dict()))
+    assert same.head_config.dtype == torch.int64 and same.head_config.tolist() == [4, 4, 8]
+
+
+def test_C19_the_head_counts_survive_safetensors():
+    safetensors = pytest.importorskip("safetensors.torch")
+    source, target = mha.MultiHeadAttention(32, 4, n_kv_heads=2), mha.MultiHeadAttention(32, 4, n_kv_heads=4)
+    saved = safetensors.load(safetensors.save(source.state_dict()))
+    with pytest.raises(ValueError, match=r"n_kv_heads=2, d_k=8, but this layer has h=4, n_kv_heads=4, d_k=8"):
+        target.load_state_dict(saved)
+    copy_ = mha.MultiHeadAttention(32, 4, n_kv_heads=2)
+    copy_.load_state_dict(saved)
+    x = torch.randn(2, 3, 32)
+    assert torch.equal(copy_(x)[0], source(x)[0])
+
+
+def test_C19_half_and_to_dtype_keep_the_head_counts_integer():
+    m = mha.MultiHeadAttention(32, 4).half()
+    assert m.head_config.dtype == torch.int64 and m.to(torch.float64).head_config.tolist() == [4, 4, 8]
+    assert m.qkv.weight.dtype == torch.float64
+
+
+def test_C19_the_same_sizes_and_0_2_checkpoints_load():
     source, target = mha.MultiHeadAttention(32, 4), mha.MultiHeadAttention(32, 4)
     state = source.state_dict()
-    assert list(state) == ["qkv.weight", "qkv.bias", "out.weight", "out.bias"]  # no new entry
+    assert list(state) == ["head_config", "qkv.weight", "qkv.bias", "out.weight", "out.bias"]
     target.load_state_dict(state)
     x = torch.randn(2, 3, 32)
     assert torch.equal(target(x)[0], source(x)[0])
-    # mha 0.2 recorded no head count: its checkpoints load as they always did, into any h.
+    # mha 0.2 saved no head counts: its checkpoints load as they always did, into any h, strict or not.
     old = mha.MultiHeadAttention(32, 8).state_dict()
-    for name in ("h", "n_kv_heads", "d_k"):
-        del old._metadata[""][name]
-    target.load_state_dict(old)
-    assert torch.equal(target.qkv.weight, old["qkv.weight"])
-    # A module with the same names (the benchmark's minimal layer, the article's class) loads ours, and ours its.
+    del old["head_config"]
+    for strict in (True, False):
+        result = target.load_state_dict(old, strict=strict)
+        assert result.missing_keys == [] and result.unexpected_keys == []
+    assert torch.equal(target.qkv.weight, old["qkv.weight"]) and target.head_config.tolist() == [4, 4, 8]
+    # A module with the same names (the benchmark's minimal layer, the article's class) loads ours without the
+    # head counts, and ours loads its.
     plain = nn.Module()
     plain.qkv, plain.out = nn.Linear(32, 96), nn.Linear(32, 32)
-    plain.load_state_dict(source.state_dict())
+    with pytest.raises(RuntimeError, match=r"Unexpected key\(s\) in state_dict: \"head_config\""):
+        plain.load_state_dict(source.state_dict())
+    plain.load_state_dict({k: v for k, v in source.state_dict().items() if k != "head_config"})
     target.load_state_dict(plain.state_dict())
     assert torch.equal(target(x)[0], source(x)[0])
     # strict=False keeps its meaning: missing and unexpected keys are reported, not raised.
     result = target.load_state_dict({"qkv.weight": state["qkv.weight"], "extra": torch.ones(1)}, strict=False)
     assert result.missing_keys == ["qkv.bias", "out.weight", "out.bias"] and result.unexpected_keys == ["extra"]
+    # A layer made on the meta device and given memory by to_empty() (unset counts) loads a checkpoint of its sizes.
+    empty = mha.MultiHeadAttention(32, 4, device="meta").to_empty(device="cpu")
+    empty.load_state_dict(state)
+    assert empty.head_config.tolist() == [4, 4, 8] and torch.equal(empty(x)[0], source(x)[0])
+    # A head_config that is not three numbers is named.
+    with pytest.raises(ValueError, match=r"head_config must be a tensor \[h, n_kv_heads, d_k\], got \(2,\)"):
+        target.load_state_dict({**state, "head_config": torch.tensor([4, 4])})
     # And the weights still go to and from PyTorch's module.
     back = mha.from_torch(mha.to_torch(source))
     back.load_state_dict(source.state_dict())

@@ -126,15 +126,26 @@ def chosen_heads(layer, heads, layer_type) -> tuple[list[int], list[int]]:
     return h_ids, kv_ids
 
 
-def checkpoint_heads(layer, saved: dict) -> None:
-    """Raise unless the head counts a state_dict recorded (if any: mha 0.2 recorded none) are the layer's."""
-    mine = {"h": layer.h, "n_kv_heads": layer.n_kv_heads, "d_k": layer.d_k}
-    theirs = {name: saved[name] for name in mine if name in saved}
-    if any(theirs[name] != mine[name] for name in theirs):
-        show = ", ".join(f"{name}={n}" for name, n in theirs.items())
+def checkpoint_heads(layer, saved) -> None:
+    """Raise unless a state_dict's ``head_config`` (None: not saved, as by mha 0.2) holds the layer's head counts.
+
+    It may come back in another dtype (``{k: v.half() for k, v in sd.items()}``): the layer's counts are
+    compared after the same conversion.
+    """
+    if saved is None:
+        return
+    names, mine = ("h", "n_kv_heads", "d_k"), [layer.h, layer.n_kv_heads, layer.d_k]
+    if not isinstance(saved, torch.Tensor) or saved.shape != (3,):
+        shown = tuple(saved.shape) if isinstance(saved, torch.Tensor) else type(saved).__name__
+        raise ValueError(f"the state_dict's head_config must be a tensor [h, n_kv_heads, d_k], got {shown}")
+    if saved.is_meta:  # no values to compare (and no weights to copy)
+        return
+    saved = saved.detach().cpu()
+    if not torch.equal(torch.tensor(mine).to(saved.dtype), saved):
+        theirs = ", ".join(f"{name}={n:g}" for name, n in zip(names, saved.tolist()))
         raise ValueError(
-            f"this state_dict is from a layer with {show}, but this layer has "
-            f"{', '.join(f'{name}={mine[name]}' for name in theirs)}: the weights would load (their shapes can "
+            f"this state_dict is from a layer with {theirs}, but this layer has "
+            f"{', '.join(f'{name}={n}' for name, n in zip(names, mine))}: the weights would load (their shapes can "
             "match) and compute something else; make the layer with the checkpoint's sizes"
         )
 
