@@ -107,6 +107,8 @@ class MultiHeadAttention(nn.Module):
                 per-sample (B, T, S) mask as ``mask[:, None]``. Shapes follow
                 broadcasting from the right, so a 2-D mask is always (T, S)
                 and a 3-D one (h, T, S), even when B happens to equal T or h.
+                Under ``torch.compile(fullgraph=True)`` pass a bool mask: the
+                values of an integer or float one are checked by reading them.
             need_weights: True returns the per-head weights; False returns
                 None and takes the fused ``F.scaled_dot_product_attention`` path.
             cache: a ``KVCache`` for incremental decoding (self-attention

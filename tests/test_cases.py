@@ -247,6 +247,26 @@ def test_C10_compiled_decode_loop_with_kv_cache(need_weights, n_kv_heads, max_le
         assert counts[-1] <= 4
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_C10_a_mask_of_the_wrong_shape_raises_the_eager_message_under_compile(dynamic, graphs):
+    # The fault: the shape check called torch.broadcast_shapes, which fails inside dynamo's fake tensors, so a
+    # compiled layer raised dynamo's TorchRuntimeError instead of the ValueError that says what to pass.
+    m = mha.MultiHeadAttention(16, 4).eval()
+    f = torch.compile(m, backend=graphs, dynamic=dynamic)
+    x = torch.randn(2, 5, 16)
+    pad = mha.padding_mask([5, 3])
+    y, _ = f(x, mask=pad[:, None, None, :])
+    assert_close(y, m(x, mask=pad[:, None, None, :])[0], atol=1e-6)
+    for mask, message in ((pad, r"= \(2, 4, 5, 5\); a \(B, S\) padding mask goes in as mask\[:, None, None, :\]"),
+                          (torch.ones(3, 5, 5, dtype=torch.bool), r"mask of shape \(3, 5, 5\) does not broadcast")):
+        with pytest.raises(ValueError, match=message):
+            f(x, mask=mask)
+    assert graphs.count >= 1  # it compiled (the calls that raised run eagerly, as dynamo runs any frame that raises)
+    y, _ = f(x, mask=pad[:, None, None, :])
+    assert_close(y, m(x, mask=pad[:, None, None, :])[0], atol=1e-6)
+
+
 @pytest.mark.parametrize("need_weights", [True, False])
 def test_C11_stacked_layers_under_bfloat16_autocast(need_weights):
     # The fault: the second layer refused the bfloat16 activations autocast hands it from the first.

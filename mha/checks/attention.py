@@ -6,7 +6,7 @@ import torch
 
 from ..precision import autocast_inputs
 from .masks import fits, keep_mask
-from .values import broadcast_shapes, check_positive, dropout, flags, tensor
+from .values import broadcast, check_positive, dropout, flags, tensor
 
 
 def split_heads(x, h) -> None:
@@ -77,11 +77,10 @@ def _attention_batch(q, k, v, enable_gqa):
         batch_dims = (q.shape[:-3], k.shape[:-3])
     else:
         batch_dims = (q.shape[:-2], k.shape[:-2], v.shape[:-2])
-    try:
-        batch = broadcast_shapes(*batch_dims)
-    except RuntimeError:
+    batch = broadcast(*batch_dims)
+    if batch is None:
         raise ValueError(
             f"leading dims of q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} do not broadcast"
             + ("" if enable_gqa else " (for fewer K/V heads than query heads pass enable_gqa=True)")
-        ) from None
+        )
     return (*batch, q.size(-3)) if enable_gqa else tuple(batch)

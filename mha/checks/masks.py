@@ -6,7 +6,7 @@ import numbers
 
 import torch
 
-from .values import broadcast_shapes, check_int, tensor
+from .values import broadcast, check_int, tensor
 
 _CONVENTION = "mha masks are keep-masks: True or 1 = this query may attend to this key, False or 0 = blocked"
 
@@ -41,11 +41,8 @@ def keep_mask(mask, device=None) -> torch.Tensor:
 
 def fits(mask: torch.Tensor, target: tuple, names: str = "") -> None:
     """Raise ValueError unless ``mask`` broadcasts to ``target`` without growing it."""
-    try:
-        ok = tuple(broadcast_shapes(mask.shape, target)) == tuple(target)
-    except RuntimeError:
-        ok = False
-    if not ok:
+    shape = broadcast(mask.shape, target)  # None if they do not broadcast (no try: it runs under compile too)
+    if shape is None or tuple(shape) != tuple(target):
         where = f" {names}" if names else ""
         raise ValueError(f"mask of shape {tuple(mask.shape)} does not broadcast to{where} {tuple(target)}")
 
