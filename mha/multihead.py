@@ -83,7 +83,7 @@ class MultiHeadAttention(nn.Module):
         # An integer tensor, so .half() and .to(dtype) leave it alone.
         self.register_buffer("head_config", torch.tensor([h, n_kv_heads, d_k], device=device))
 
-    def forward(self, x: torch.Tensor, context: torch.Tensor | None = None, *, causal: bool = True,
+    def forward(self, x: torch.Tensor, context: torch.Tensor | None = None, *, causal: bool | None = None,
                 mask: torch.Tensor | None = None, need_weights: bool = True, cache: KVCache | None = None,
                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Attend from x to itself (or to ``context``) and project back to d_model.
@@ -95,11 +95,12 @@ class MultiHeadAttention(nn.Module):
                 accepts them there; scores and softmax run in float32).
             context: (B, S, d_model) supplying the keys and values
                 (cross-attention); None means self-attention, S = T.
-            causal: self-attention only: query i attends to keys up to i,
-                aligned bottom-right when a cache makes S > T. With a
-                ``context`` no causal mask is ever applied, whatever this
-                says: x and context are different sequences, so "later" has no
-                meaning between them. Pass ``mask`` to restrict cross-attention.
+            causal: whether query i attends only to keys up to i, aligned
+                bottom-right when a cache makes S > T. None (the default)
+                means causal for self-attention and not for cross-attention.
+                ``causal=True`` with a ``context`` raises: x and context are
+                different sequences, so "later" has no meaning between them;
+                pass ``mask`` to restrict cross-attention.
             mask: keep-mask (True/1 = may attend) that broadcasts to
                 (B, h, T, S); combined with ``causal``, a key must be allowed
                 by both. A (B, S) padding mask goes in as
@@ -125,18 +126,18 @@ class MultiHeadAttention(nn.Module):
                 in the module's dtype; the message says how to convert for pure
                 low precision and how to use autocast for mixed precision.
             ValueError: wrong rank or width, a context whose batch differs, a
-                mask that does not broadcast to (B, h, T, S) or is not 0/1, a
-                cache together with a context, new tokens that do not fit the
+                mask that does not broadcast to (B, h, T, S) or is not 0/1,
+                ``causal=True`` or a cache together with a context, new tokens that do not fit the
                 cache (another batch, or past its ``max_len``), a cache that
                 another layer filled.
         """
-        keep = checks.layer_inputs(self, x, context, causal, mask, need_weights, cache)  # bool, or None
+        keep, causal = checks.layer_inputs(self, x, context, causal, mask, need_weights, cache)  # bool or None; bool
         q, k, v = self._project_heads(x, context)  # (B, h, T, d_k), (B, g, S, d_k), (B, g, S, d_k)
         if cache is not None:
             k, v = cache.update(k, v, layer=self)  # (B, g, S_cached + T, d_k): every position so far
         out, w = attend(  # (B, h, T, d_k), (B, h, T, S)
             q, k, v, keep,
-            is_causal=causal and context is None,
+            is_causal=causal,
             dropout_p=self.dropout if self.training else 0.0,
             need_weights=need_weights,
             enable_gqa=self.n_kv_heads != self.h,

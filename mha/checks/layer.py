@@ -24,8 +24,9 @@ def layer_sizes(d_model, h, n_kv_heads, d_k, p) -> None:
     dropout(p)
 
 
-def layer_inputs(layer, x, context=None, causal=True, mask=None, need_weights=True, cache=None):
-    """``MultiHeadAttention.forward``'s inputs, checked: the mask as a bool keep-mask on x's device, or None.
+def layer_inputs(layer, x, context=None, causal=None, mask=None, need_weights=True, cache=None):
+    """``MultiHeadAttention.forward``'s inputs, checked: (the mask as a bool keep-mask on x's device, or None;
+    whether the attention is causal, None meaning "for self-attention").
 
     Checks everything before the call changes anything (the cache, say): x and context
     (shape, dtype, device), the flags, the cache's type, dropout when it is used, and the mask
@@ -40,14 +41,23 @@ def layer_inputs(layer, x, context=None, causal=True, mask=None, need_weights=Tr
                 f"context batch {context.size(0)} differs from x batch {x.size(0)}: "
                 f"x {tuple(x.shape)}, context {tuple(context.shape)}"
             )
-    if type(causal) is not bool or type(need_weights) is not bool:
-        flags(causal=causal, need_weights=need_weights)
+    if causal is None:
+        causal = context is None  # causal self-attention; cross-attention has no order between x and context
+    elif type(causal) is not bool:
+        flags(causal=causal)
+    elif causal and context is not None:
+        raise ValueError(
+            "causal=True with a context: x and context are different sequences, so no key comes 'after' a query; "
+            "leave causal out (or pass False) for cross-attention, and pass a mask to restrict it"
+        )
+    if type(need_weights) is not bool:
+        flags(need_weights=need_weights)
     if cache is not None and (context is not None or not hasattr(cache, "reset")):
         _layer_cache(context, cache)  # raises
     if layer.training:
         dropout(layer.dropout)  # checked when the layer was made, but an attribute can be changed since
     if mask is None:
-        return None
+        return None, causal
     B, T, S = x.size(0), x.size(1), (x if context is None else context).size(1)
     if cache is not None:
         S += len(cache)  # the new queries attend to the cached keys too
@@ -60,7 +70,7 @@ def layer_inputs(layer, x, context=None, causal=True, mask=None, need_weights=Tr
         if tuple(mask.shape) == (B, T, S):
             raise ValueError(f"{err}; a per-sample (B, T, S) mask goes in as mask[:, None]") from None
         raise
-    return keep_mask(mask, device=x.device)
+    return keep_mask(mask, device=x.device), causal
 
 
 def _layer_input(layer, name, t):
