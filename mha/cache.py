@@ -159,7 +159,7 @@ class KVCache:
         empty cache has nothing to reorder.
 
         Raises:
-            TypeError: ``beams`` are not integers.
+            TypeError: ``beams`` is not a sequence or tensor of integers.
             ValueError: ``beams`` is not 1-D, or names a row outside [0, B).
         """
         index = checks.cache_beams(self, beams)  # (new B,) int64, on the cache's device

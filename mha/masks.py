@@ -88,7 +88,8 @@ def padding_mask(
         Bool tensor (B, S).
 
     Raises:
-        TypeError: lengths or S are not integers.
+        TypeError: lengths is not a list or tensor of integers (a single
+            int, say), or S is not an integer.
         ValueError: lengths are not 1-D, or a length is negative or above S.
     """
     device = lengths.device if device is None and isinstance(lengths, torch.Tensor) else device
@@ -118,8 +119,9 @@ def to_torch_attn_mask(
         Bool tensor, True = blocked: (T, S) without ``shape``, else (B*h, T, S).
 
     Raises:
-        ValueError: the mask is not 2-D and no ``shape`` was given, or it does
-            not broadcast to ``shape``.
+        TypeError: a size in ``shape`` is not an int.
+        ValueError: the mask is not 2-D and no ``shape`` was given, ``shape``
+            is not four sizes, or the mask does not broadcast to it.
     """
     keep = checks.torch_attn_mask(mask, shape)
     if shape is None:
@@ -143,7 +145,8 @@ def to_additive_mask(mask: torch.Tensor, dtype: torch.dtype = torch.float32) -> 
         Tensor of the same shape and ``dtype``.
 
     Raises:
-        TypeError: ``dtype`` is not a floating dtype.
+        TypeError: ``dtype`` is not a floating ``torch.dtype`` (a string
+            such as ``"float32"``, say).
     """
     keep = checks.additive_mask(mask, dtype)
     zeros = torch.zeros(keep.shape, dtype=dtype, device=keep.device)

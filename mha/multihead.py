@@ -213,8 +213,9 @@ class MultiHeadAttention(nn.Module):
             number of K/V heads used, and the same d_k.
 
         Raises:
-            TypeError: ``layer`` is not a ``MultiHeadAttention`` or a head
-                index is not an int.
+            TypeError: ``layer`` is not a ``MultiHeadAttention``, ``heads``
+                is not a range or sequence (a single int, say), or a head
+                index is not an int (bools are refused too).
             ValueError: no heads, a head out of range or given twice, or
                 heads that do not make a whole set of K/V heads (names them).
         """

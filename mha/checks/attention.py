@@ -6,7 +6,7 @@ import torch
 
 from ..precision import autocast_inputs
 from .masks import fits, keep_mask
-from .values import broadcast, check_positive, dropout, flags, tensor
+from .values import broadcast, check_positive, dropout, flags, scale, tensor
 
 
 def split_heads(x, h) -> None:
@@ -28,7 +28,7 @@ def merge_heads(x) -> None:
 # -- scaled_dot_product_attention -----------------------------------------------------------------------
 
 
-def attention_inputs(q, k, v, mask, is_causal, dropout_p, need_weights, enable_gqa):
+def attention_inputs(q, k, v, mask, is_causal, scale_, dropout_p, need_weights, enable_gqa):
     """``mha.scaled_dot_product_attention``'s inputs, checked: (q, k, v, keep).
 
     Under an active autocast q, k and v come back in its dtype (as its matmuls would cast
@@ -56,6 +56,7 @@ def attention_inputs(q, k, v, mask, is_causal, dropout_p, need_weights, enable_g
         raise ValueError(f"k and v need the same length S (dim -2), got k {tuple(k.shape)} and v {tuple(v.shape)}")
     flags(is_causal=is_causal, need_weights=need_weights, enable_gqa=enable_gqa)
     batch = _attention_batch(q, k, v, enable_gqa)
+    scale(scale_)
     dropout(dropout_p)
     if mask is None:
         return q, k, v, None

@@ -8,7 +8,7 @@ import torch
 
 from ..precision import HALF, autocast_casts
 from .masks import fits, keep_mask
-from .values import check_positive, divisors, dropout, flags, tensor
+from .values import check_positive, divisors, dropout, flags, sequence, tensor
 
 
 def layer_sizes(d_model, h, n_kv_heads, d_k, p) -> None:
@@ -113,12 +113,7 @@ def chosen_heads(layer, heads, layer_type) -> tuple[list[int], list[int]]:
     """``MultiHeadAttention.from_heads``'s heads: (query heads, the K/V heads they use), checked to make a layer."""
     if not isinstance(layer, layer_type):
         raise TypeError(f"from_heads needs an mha.MultiHeadAttention, got {type(layer).__name__}")
-    h_ids = []
-    for i in heads:
-        try:
-            h_ids.append(operator.index(i))  # ints and 0-dim integer tensors; not floats
-        except TypeError:
-            raise TypeError(f"head indices must be ints, got {i!r}") from None
+    h_ids = [_head_index(i) for i in sequence("heads", heads, "a range or sequence of query-head indices")]
     if not h_ids:
         raise ValueError("from_heads needs at least one head")
     if len(set(h_ids)) < len(h_ids) or not all(0 <= i < layer.h for i in h_ids):
@@ -134,6 +129,16 @@ def chosen_heads(layer, heads, layer_type) -> tuple[list[int], list[int]]:
             "the query heads of each K/V head it uses side by side, equally many for each"
         )
     return h_ids, kv_ids
+
+
+def _head_index(i) -> int:
+    """An int head index (a 0-dim integer tensor counts); not a float, nor a bool (True would be head 1)."""
+    if not isinstance(i, bool):
+        try:
+            return operator.index(i)
+        except TypeError:
+            pass
+    raise TypeError(f"head indices must be ints, got {i!r}")
 
 
 def checkpoint_heads(layer, saved) -> None:

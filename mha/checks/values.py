@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import itertools
+import math
 import numbers
+from collections.abc import Iterable
 
 import torch
 
@@ -81,6 +83,23 @@ def broadcast(*shapes) -> torch.Size | None:
                 size = n
         result.append(size)
     return torch.Size(reversed(result))
+
+
+def sequence(name: str, values, what: str) -> list:
+    """``values`` as a list, when it is an iterable other than a string; else a TypeError naming it and ``what``."""
+    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+        raise TypeError(f"{name} must be {what}, got {type(values).__name__} {values!r}")
+    return list(values)
+
+
+def scale(s) -> None:
+    """Raise unless ``s`` is None or a finite real number (not a bool): the factor on attention's scores."""
+    if s is None or isinstance(s, (torch.SymFloat, torch.SymInt)):
+        return
+    if isinstance(s, bool) or not isinstance(s, numbers.Real):
+        raise TypeError(f"scale must be a number (default None: 1 / sqrt(d_k)), got {type(s).__name__} {s!r}")
+    if not math.isfinite(s):
+        raise ValueError(f"scale must be finite, got {s}: every score would be inf or NaN")
 
 
 def dropout(p) -> None:
