@@ -79,6 +79,14 @@ def padding_mask(
     broadcasts to (B, h, T, S): every query, in every head, ignores the padding
     keys.
 
+    When the padded rows of x may hold NaN or inf (an earlier layer's
+    garbage), that keeps the real tokens' outputs exact, but not their
+    gradients: the padded queries' NaN weights reach every key's gradient in
+    the backward pass. For NaN-free gradients mask the padded queries too::
+
+        pad = mha.padding_mask(lengths)                       # (B, S)
+        keep = pad[:, None, :, None] & pad[:, None, None, :]  # (B, 1, T, S)
+
     Args:
         lengths: (B,) integer tensor or list of ints, each in [0, S].
         S: padded length; defaults to ``max(lengths)``.

@@ -110,6 +110,12 @@ class MultiHeadAttention(nn.Module):
                 and a 3-D one (h, T, S), even when B happens to equal T or h.
                 Under ``torch.compile(fullgraph=True)`` pass a bool mask: the
                 values of an integer or float one are checked by reading them.
+                With NaN in padded rows of x, the padding mask alone keeps the
+                real tokens' outputs exact but not their gradients (the padded
+                queries' NaN weights reach every key's gradient): mask the
+                padded queries too, ``keep = pad[:, None, :, None] &
+                pad[:, None, None, :]`` (B, 1, T, S), ``pad`` the (B, S)
+                padding mask (see docs/mask_convention.md).
             need_weights: True returns the per-head weights; False returns
                 None and takes the fused ``F.scaled_dot_product_attention`` path.
             cache: a ``KVCache`` for incremental decoding (self-attention

@@ -440,24 +440,39 @@ def test_C14_nan_in_padded_rows_of_x_leaves_the_real_tokens_alone(causal, need_w
 
 
 def test_C14_gradients_of_a_loss_on_the_real_tokens_stay_finite():
-    # The gradient with respect to the real tokens is the one without the padding, when the mask says which
-    # *queries* are padding too (B, 1, T, S): a padded query's NaN otherwise reaches every key's gradient as
-    # 0 * NaN, in any implementation (and so does a NaN row of x in nn.Linear's weight gradient).
+    # The recipe of padding_mask's docstring, forward's and docs/mask_convention.md: the gradient with respect to the
+    # real tokens is the one without the padding when the mask says which *queries* are padding too (B, 1, T, S).
+    # With the key-padding mask alone a padded query's NaN reaches every key's gradient as 0 * NaN, in any
+    # implementation (and a NaN row of x reaches nn.Linear's weight gradient so, unless it is replaced).
     m = mha.MultiHeadAttention(16, 4, dtype=torch.float64).eval()
     lengths = [6, 4]
     x = torch.randn(2, 6, 16, dtype=torch.float64)
     x[1, 4:] = float("nan")
     x.requires_grad_()
-    real = mha.padding_mask(lengths)
-    keep = (real[:, :, None] & real[:, None, :])[:, None]  # (B, 1, T, S): real queries, real keys
+    pad = mha.padding_mask(lengths)
+    keep = pad[:, None, :, None] & pad[:, None, None, :]  # (B, 1, T, S): real queries, real keys
     for need_weights in (True, False):
         x.grad = None
+        y, _ = m(x, mask=pad[:, None, None, :], need_weights=need_weights)  # the key-padding mask alone
+        (y * pad[..., None]).nan_to_num().sum().backward()  # a loss on the real tokens only
+        assert torch.isfinite(y[1, :4]).all() and torch.isnan(x.grad[1, :4]).any()  # outputs right, gradients not
+        x.grad = None
         y, _ = m(x, mask=keep, need_weights=need_weights)
-        (y * real[..., None]).nan_to_num().sum().backward()  # a loss on the real tokens only
+        (y * pad[..., None]).nan_to_num().sum().backward()
         assert torch.isfinite(x.grad).all() and x.grad[1, 4:].abs().max() == 0
         part = x.detach()[1:, :4].clone().requires_grad_()
         m(part)[0].sum().backward()
         assert_close(x.grad[1, :4], part.grad[0], atol=1e-12)
+    # And the weights' gradients, once the NaN rows are replaced: those of the unpadded sequences.
+    m.zero_grad()
+    y, _ = m(x.detach().masked_fill(~pad[..., None], 0), mask=keep)
+    (y * pad[..., None]).sum().backward()
+    padded = [p.grad.clone() for p in m.parameters()]
+    m.zero_grad()
+    for b, n in enumerate(lengths):
+        m(x.detach()[b : b + 1, :n])[0].sum().backward()
+    for a, b in zip(padded, [p.grad for p in m.parameters()]):
+        assert_close(a, b, atol=1e-12)
     # Cross-attention: NaN in the padded rows of the context (an encoder's output) stays out of every gradient
     # but W_K's and W_V's, which multiply those rows (nn.Linear's weight gradient: 0 * NaN).
     m.zero_grad()
@@ -465,7 +480,7 @@ def test_C14_gradients_of_a_loss_on_the_real_tokens_stay_finite():
     context = torch.randn(2, 6, 16, dtype=torch.float64)
     context[1, 4:] = float("nan")
     context.requires_grad_()
-    y, _ = m(x, context, mask=real[:, None, None, :])
+    y, _ = m(x, context, mask=pad[:, None, None, :])
     y.sum().backward()
     assert torch.isfinite(y).all() and torch.isfinite(x.grad).all() and torch.isfinite(context.grad).all()
     assert torch.isfinite(m.out.weight.grad).all() and torch.isfinite(m.qkv.weight.grad[:16]).all()  # W_O, W_Q
