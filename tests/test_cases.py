@@ -330,6 +330,21 @@ def test_C11_dtype_mismatch_outside_autocast_gives_advice_for_both_uses():
     assert "autocast" not in str(err.value)
 
 
+def test_C11_float64_mixed_in_under_autocast_is_named_as_passed():
+    # The fault: float32 q with float64 k under bfloat16 autocast reported q as bfloat16 (autocast's cast, not what
+    # was passed) and advised running under torch.autocast, which was already on.
+    q = torch.randn(2, 3, 4)
+    with torch.autocast("cpu", dtype=torch.bfloat16), pytest.raises(TypeError) as err:
+        mha.scaled_dot_product_attention(q, q.double(), q)
+    assert str(err.value) == ("q, k, v must share a dtype, got torch.float32, torch.float64, torch.float32; "
+                              "torch.autocast casts the others to torch.bfloat16 but never float64: cast those to "
+                              "float32")
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # the advice works
+        assert mha.scaled_dot_product_attention(q, q, q)[0].dtype == torch.bfloat16
+    with pytest.raises(TypeError, match=r"got torch.float32, torch.float64, torch.float32; cast them to one"):
+        mha.scaled_dot_product_attention(q, q.double(), q)  # outside autocast, as before
+
+
 def _bytes_kept_alive(cache):
     k, v = cache.k.untyped_storage(), cache.v.untyped_storage()
     assert k.data_ptr() != v.data_ptr()  # two storages, so neither is counted twice

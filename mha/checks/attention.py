@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ..precision import autocast_inputs
+from ..precision import autocast_dtype, autocast_inputs
 from .masks import fits, keep_mask
 from .values import broadcast, check_positive, dropout, flags, scale, tensor
 
@@ -34,6 +34,7 @@ def attention_inputs(q, k, v, mask, is_causal, scale_, dropout_p, need_weights, 
     Under an active autocast q, k and v come back in its dtype (as its matmuls would cast
     them), and the mask as a bool keep-mask on q's device, or None.
     """
+    passed = [getattr(t, "dtype", None) for t in (q, k, v)]  # as given: the message names these, not autocast's
     q, k, v = autocast_inputs(q, k, v)  # a no-op outside torch.autocast
     for name, t in (("q", q), ("k", k), ("v", v)):
         tensor(name, t)
@@ -42,10 +43,11 @@ def attention_inputs(q, k, v, mask, is_causal, scale_, dropout_p, need_weights, 
         if t.dim() < 2:
             raise ValueError(f"{name} must be at least 2-D (..., length, dim), got shape {tuple(t.shape)}")
     if not q.dtype == k.dtype == v.dtype:
-        raise TypeError(
-            f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}; cast them to one, "
-            "or run under torch.autocast for mixed precision"
-        )
+        active = autocast_dtype(q.device.type)
+        advice = "cast them to one, or run under torch.autocast for mixed precision"
+        if active is not None:  # it cast the others to its dtype; it never casts float64
+            advice = f"torch.autocast casts the others to {active} but never float64: cast those to float32"
+        raise TypeError(f"q, k, v must share a dtype, got {', '.join(map(str, passed))}; {advice}")
     if not q.device == k.device == v.device:
         raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
     if q.size(-1) == 0:
