@@ -38,12 +38,20 @@ class MinimalFused(nn.Module):
         return self.out(o.transpose(1, 2).reshape(B, T, D))  # (B, T, d_model)
 
 
+def weights(ours: mha.MultiHeadAttention) -> dict:
+    """Our layer's state_dict without its head counts (``head_config``), which the minimal layers don't have.
+
+    The rest has their names and shapes: qkv.weight, qkv.bias, out.weight, out.bias, so they load it strictly.
+    """
+    return {name: t for name, t in ours.state_dict().items() if name != "head_config"}
+
+
 def build_layers(cfg: Config, device: torch.device):
     """The three modules, sharing one set of weights."""
     ours = mha.MultiHeadAttention(cfg.d_model, cfg.h, device=device)
     theirs = mha.to_torch(ours)
     ref = MinimalFused(cfg.d_model, cfg.h, device=device)
-    ref.load_state_dict(ours.state_dict())  # same names: qkv.weight, qkv.bias, out.weight, out.bias
+    ref.load_state_dict(weights(ours))
     return ours, theirs, ref
 
 

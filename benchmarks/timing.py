@@ -10,7 +10,7 @@ import sys
 from typing import TYPE_CHECKING
 
 import torch
-from layers import DECODE_IMPLS, IMPLS, MODES, MinimalDecoder, calls, generations
+from layers import DECODE_IMPLS, IMPLS, MODES, MinimalDecoder, calls, generations, weights
 from report import mib
 from torch.utils.benchmark import Timer
 
@@ -122,7 +122,7 @@ def time_decode_steps(cfg: Config, device: torch.device) -> dict:
     for d_model, h in cfg.decode_sizes:
         ours = mha.MultiHeadAttention(d_model, h, device=device).eval()
         ref = MinimalDecoder(d_model, h, device=device).eval()
-        ref.load_state_dict(ours.state_dict())  # same names: qkv.weight, qkv.bias, out.weight, out.bias
+        ref.load_state_dict(weights(ours))
         x = torch.randn(cfg.batch, N, d_model, device=device)
         fns = generations(ours, ref, x)
         with torch.no_grad():

@@ -61,8 +61,13 @@ def _over_budget(args) -> str | None:
         return None
     fits = [f"{option} {n}" for option, name in (("--tokens", "T"), ("--batch", "B"))
             if (n := _largest_fitting(sizes, name))]
-    fits = fits or [f"--d-model {_largest_fitting(sizes, 'd_model')}"]  # the weights alone are too big
-    hint = f"; with the other options as they are, at most {' or '.join(fits)} fits"
+    fits = fits or [f"--d-model {n}" for n in [_largest_fitting(sizes, "d_model")] if n]  # the weights are too big
+    if fits:
+        hint = f"; with the other options as they are, at most {' or '.join(fits)} fits"
+    else:  # not even d_model = h, one dimension per head
+        smallest = memory_needed(**{**sizes, "d_model": args.heads})
+        hint = (f"; nothing fits with --heads {args.heads}: even the smallest width, --d-model {args.heads}, "
+                f"would need about {_gib(smallest)}; use fewer --heads")
     return (f"--d-model {args.d_model} --heads {args.heads} --batch {args.batch} --tokens {args.tokens} would "
             f"need about {_gib(need)} of memory, more than the {_gib(BUDGET)} this walk-through allows{hint}")
 

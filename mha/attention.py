@@ -54,7 +54,8 @@ def scaled_dot_product_attention(
             bottom-right: with T < S the queries are the last T positions
             (decoding against cached keys). Combines with ``mask`` (both must
             allow a key).
-        scale: multiplies the scores; default ``1 / sqrt(d_k)``.
+        scale: multiplies the scores; default ``1 / sqrt(d_k)``. A finite
+            number.
         dropout_p: probability of zeroing an attention weight. Applied
             whenever it is > 0: the caller decides (a module passes 0 in eval).
         need_weights: False takes the fused path through
@@ -78,16 +79,17 @@ def scaled_dot_product_attention(
         softmax still run in float32.
 
     Raises:
-        TypeError: an input is not a floating tensor, or dtypes differ
-            (outside autocast).
+        TypeError: an input is not a floating tensor, dtypes differ
+            (outside autocast), or scale is not a number.
         ValueError: shapes don't fit together (names them), the mask does not
-            broadcast or is not 0/1, or dropout_p is outside [0, 1).
+            broadcast or is not 0/1, scale is not finite, or dropout_p is
+            outside [0, 1).
 
     See the PyTorch doc of ``torch.nn.functional.scaled_dot_product_attention``;
     its boolean masks use the same convention, but its float masks are
     additive and its ``is_causal`` aligns top-left.
     """
-    q, k, v, keep = checks.attention_inputs(q, k, v, mask, is_causal, dropout_p, need_weights, enable_gqa)
+    q, k, v, keep = checks.attention_inputs(q, k, v, mask, is_causal, scale, dropout_p, need_weights, enable_gqa)
     return attend(q, k, v, keep, is_causal, scale, dropout_p, need_weights, enable_gqa)
 
 

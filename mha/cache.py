@@ -37,6 +37,17 @@ class KVCache:
     ``reset()``, and another layer passing it raises (in eager mode; a step
     compiled with ``torch.compile`` does not record or check the owner).
 
+    ``copy.copy(cache)`` and ``copy.deepcopy(cache)`` give an independent
+    cache, as beam search needs to fork a hypothesis: copies of the keys and
+    values (``clone()``, so gradients still flow back into the prefix that
+    computed them), the same ``max_len``, and the same owner layer, not a copy
+    of it. Stepping the copy leaves the original as it was, and the other way
+    round.
+
+    A cache filled under ``torch.inference_mode()`` keeps working outside it:
+    a preallocated one then continues in copies of its buffers (inference
+    tensors cannot be written in place outside that mode).
+
     ``k``, ``v`` and ``max_len`` are read-only properties (``reorder`` and
     ``reset`` change what they hold). ``k`` and ``v`` are the cached keys and
     values, (B, n_kv_heads, S, d_k) with S = ``len(cache)``, or None before
@@ -123,6 +134,10 @@ class KVCache:
             B, g, _, d_k = k.shape
             self._k_buffer = k.new_empty(B, g, self._max_len, d_k)  # (B, g, max_len, d_k)
             self._v_buffer = v.new_empty(B, g, self._max_len, v.size(-1))
+        elif not (torch.compiler.is_compiling() or torch.is_inference_mode_enabled()) and self._k_buffer.is_inference():
+            # Filled under torch.inference_mode(): torch forbids writing such tensors in place outside it.
+            # (Eager only: dynamo does not trace is_inference(), and a compiled step is not inference mode's.)
+            self._k_buffer, self._v_buffer = self._k_buffer.clone(), self._v_buffer.clone()
         # Written in place: only the new positions are copied, and the buffers never change shape.
         self._k_buffer[:, :, S : S + T] = k
         self._v_buffer[:, :, S : S + T] = v
@@ -144,7 +159,7 @@ class KVCache:
         empty cache has nothing to reorder.
 
         Raises:
-            TypeError: ``beams`` are not integers.
+            TypeError: ``beams`` is not a sequence or tensor of integers.
             ValueError: ``beams`` is not 1-D, or names a row outside [0, B).
         """
         index = checks.cache_beams(self, beams)  # (new B,) int64, on the cache's device
@@ -157,6 +172,24 @@ class KVCache:
             self._k, self._v = self._k_buffer[:, :, :S], self._v_buffer[:, :, :S]
         else:
             self._k, self._v = self._k.index_select(0, index), self._v.index_select(0, index)
+
+    def __copy__(self) -> KVCache:
+        """An independent cache: copies of the keys and values (and buffers), the same max_len and owner layer."""
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__)  # max_len, the owner layer (the same one), and any subclass state
+        if self._k is None:
+            return new
+        S = len(self)
+        if self._max_len is None:
+            new._k, new._v = self._k.clone(), self._v.clone()
+        else:  # new buffers, so that neither cache's next step writes into the other's
+            new._k_buffer, new._v_buffer = self._k_buffer.clone(), self._v_buffer.clone()
+            new._k, new._v = new._k_buffer[:, :, :S], new._v_buffer[:, :, :S]
+        return new
+
+    def __deepcopy__(self, memo) -> KVCache:
+        """As ``copy.copy``: the tensors are copied; the owner layer is not (the copy serves the same layer)."""
+        return self.__copy__()
 
     def __len__(self) -> int:
         """Number of cached positions S."""

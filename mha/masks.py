@@ -79,6 +79,14 @@ def padding_mask(
     broadcasts to (B, h, T, S): every query, in every head, ignores the padding
     keys.
 
+    When the padded rows of x may hold NaN or inf (an earlier layer's
+    garbage), that keeps the real tokens' outputs exact, but not their
+    gradients: the padded queries' NaN weights reach every key's gradient in
+    the backward pass. For NaN-free gradients mask the padded queries too::
+
+        pad = mha.padding_mask(lengths)                       # (B, S)
+        keep = pad[:, None, :, None] & pad[:, None, None, :]  # (B, 1, T, S)
+
     Args:
         lengths: (B,) integer tensor or list of ints, each in [0, S].
         S: padded length; defaults to ``max(lengths)``.
@@ -88,7 +96,8 @@ def padding_mask(
         Bool tensor (B, S).
 
     Raises:
-        TypeError: lengths or S are not integers.
+        TypeError: lengths is not a list or tensor of integers (a single
+            int, say), or S is not an integer.
         ValueError: lengths are not 1-D, or a length is negative or above S.
     """
     device = lengths.device if device is None and isinstance(lengths, torch.Tensor) else device
@@ -118,8 +127,9 @@ def to_torch_attn_mask(
         Bool tensor, True = blocked: (T, S) without ``shape``, else (B*h, T, S).
 
     Raises:
-        ValueError: the mask is not 2-D and no ``shape`` was given, or it does
-            not broadcast to ``shape``.
+        TypeError: a size in ``shape`` is not an int.
+        ValueError: the mask is not 2-D and no ``shape`` was given, ``shape``
+            is not four sizes, or the mask does not broadcast to it.
     """
     keep = checks.torch_attn_mask(mask, shape)
     if shape is None:
@@ -143,7 +153,8 @@ def to_additive_mask(mask: torch.Tensor, dtype: torch.dtype = torch.float32) -> 
         Tensor of the same shape and ``dtype``.
 
     Raises:
-        TypeError: ``dtype`` is not a floating dtype.
+        TypeError: ``dtype`` is not a floating ``torch.dtype`` (a string
+            such as ``"float32"``, say).
     """
     keep = checks.additive_mask(mask, dtype)
     zeros = torch.zeros(keep.shape, dtype=dtype, device=keep.device)

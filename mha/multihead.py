@@ -38,6 +38,12 @@ class MultiHeadAttention(nn.Module):
 
     Attributes:
         h, d_k, n_kv_heads, d_model, dropout.
+        head_config: int64 buffer [h, n_kv_heads, d_k], saved in the
+            ``state_dict``. ``load_state_dict`` refuses a state_dict whose
+            ``head_config`` differs (strict or not), before copying any weight;
+            one without it (mha 0.2, or a dict built by other code) loads as
+            before. To load this layer's state_dict into a module that has no
+            such buffer, leave the entry out (or pass ``strict=False``).
         qkv: ``nn.Linear(d_model, (h + 2 * n_kv_heads) * d_k)``. Its
             weight rows are [W_Q; W_K; W_V], the layout of
             ``nn.MultiheadAttention.in_proj_weight`` (for n_kv_heads = h and
@@ -72,8 +78,12 @@ class MultiHeadAttention(nn.Module):
         self._widths = [h * d_k, n_kv_heads * d_k, n_kv_heads * d_k]  # rows of W_Q, W_K, W_V in qkv
         self.qkv = nn.Linear(d_model, sum(self._widths), bias=bias, device=device, dtype=dtype)
         self.out = nn.Linear(h * d_k, d_model, bias=bias, device=device, dtype=dtype)
+        # Saved with the weights, which have the same shapes for any h (and any n_kv_heads with d_k fixed): a
+        # checkpoint of another head count would load without a word and compute something else (case C19).
+        # An integer tensor, so .half() and .to(dtype) leave it alone.
+        self.register_buffer("head_config", torch.tensor([h, n_kv_heads, d_k], device=device))
 
-    def forward(self, x: torch.Tensor, context: torch.Tensor | None = None, *, causal: bool = True,
+    def forward(self, x: torch.Tensor, context: torch.Tensor | None = None, *, causal: bool | None = None,
                 mask: torch.Tensor | None = None, need_weights: bool = True, cache: KVCache | None = None,
                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Attend from x to itself (or to ``context``) and project back to d_model.
@@ -85,11 +95,12 @@ class MultiHeadAttention(nn.Module):
                 accepts them there; scores and softmax run in float32).
             context: (B, S, d_model) supplying the keys and values
                 (cross-attention); None means self-attention, S = T.
-            causal: self-attention only: query i attends to keys up to i,
-                aligned bottom-right when a cache makes S > T. With a
-                ``context`` no causal mask is ever applied, whatever this
-                says: x and context are different sequences, so "later" has no
-                meaning between them. Pass ``mask`` to restrict cross-attention.
+            causal: whether query i attends only to keys up to i, aligned
+                bottom-right when a cache makes S > T. None (the default)
+                means causal for self-attention and not for cross-attention.
+                ``causal=True`` with a ``context`` raises: x and context are
+                different sequences, so "later" has no meaning between them;
+                pass ``mask`` to restrict cross-attention.
             mask: keep-mask (True/1 = may attend) that broadcasts to
                 (B, h, T, S); combined with ``causal``, a key must be allowed
                 by both. A (B, S) padding mask goes in as
@@ -97,6 +108,14 @@ class MultiHeadAttention(nn.Module):
                 per-sample (B, T, S) mask as ``mask[:, None]``. Shapes follow
                 broadcasting from the right, so a 2-D mask is always (T, S)
                 and a 3-D one (h, T, S), even when B happens to equal T or h.
+                Under ``torch.compile(fullgraph=True)`` pass a bool mask: the
+                values of an integer or float one are checked by reading them.
+                With NaN in padded rows of x, the padding mask alone keeps the
+                real tokens' outputs exact but not their gradients (the padded
+                queries' NaN weights reach every key's gradient): mask the
+                padded queries too, ``keep = pad[:, None, :, None] &
+                pad[:, None, None, :]`` (B, 1, T, S), ``pad`` the (B, S)
+                padding mask (see docs/mask_convention.md).
             need_weights: True returns the per-head weights; False returns
                 None and takes the fused ``F.scaled_dot_product_attention`` path.
             cache: a ``KVCache`` for incremental decoding (self-attention
@@ -113,18 +132,18 @@ class MultiHeadAttention(nn.Module):
                 in the module's dtype; the message says how to convert for pure
                 low precision and how to use autocast for mixed precision.
             ValueError: wrong rank or width, a context whose batch differs, a
-                mask that does not broadcast to (B, h, T, S) or is not 0/1, a
-                cache together with a context, new tokens that do not fit the
+                mask that does not broadcast to (B, h, T, S) or is not 0/1,
+                ``causal=True`` or a cache together with a context, new tokens that do not fit the
                 cache (another batch, or past its ``max_len``), a cache that
                 another layer filled.
         """
-        keep = checks.layer_inputs(self, x, context, causal, mask, need_weights, cache)  # bool, or None
+        keep, causal = checks.layer_inputs(self, x, context, causal, mask, need_weights, cache)  # bool or None; bool
         q, k, v = self._project_heads(x, context)  # (B, h, T, d_k), (B, g, S, d_k), (B, g, S, d_k)
         if cache is not None:
             k, v = cache.update(k, v, layer=self)  # (B, g, S_cached + T, d_k): every position so far
         out, w = attend(  # (B, h, T, d_k), (B, h, T, S)
             q, k, v, keep,
-            is_causal=causal and context is None,
+            is_causal=causal,
             dropout_p=self.dropout if self.training else 0.0,
             need_weights=need_weights,
             enable_gqa=self.n_kv_heads != self.h,
@@ -200,8 +219,9 @@ class MultiHeadAttention(nn.Module):
             number of K/V heads used, and the same d_k.
 
         Raises:
-            TypeError: ``layer`` is not a ``MultiHeadAttention`` or a head
-                index is not an int.
+            TypeError: ``layer`` is not a ``MultiHeadAttention``, ``heads``
+                is not a range or sequence (a single int, say), or a head
+                index is not an int (bools are refused too).
             ValueError: no heads, a head out of range or given twice, or
                 heads that do not make a whole set of K/V heads (names them).
         """
@@ -226,26 +246,20 @@ class MultiHeadAttention(nn.Module):
             new.out.weight.copy_(layer.out.weight[:, cols.to(weight.device)])
             if new.out.bias is not None:
                 new.out.bias.copy_(layer.out.bias)
+            new.head_config.copy_(torch.tensor([new.h, new.n_kv_heads, new.d_k]))  # to_empty left it unset
         for mine, theirs in ((new.qkv.weight, weight), (new.qkv.bias, layer.qkv.bias),
                              (new.out.weight, layer.out.weight), (new.out.bias, layer.out.bias)):
             if mine is not None:
                 mine.requires_grad_(theirs.requires_grad)  # frozen stays frozen
         return new.train(layer.training)
 
-    # Every tensor of the layer has the same shape for any h (and n_kv_heads with d_k fixed), so a
-    # checkpoint of another head count would load without a word and compute something else (case C19).
-    # The head counts go in the state_dict's metadata, where nn.Module records each module's version:
-    # no new entry, so state_dicts keep exactly the keys of nn.Linear-based layers and of mha 0.2.
-
-    def _save_to_state_dict(self, destination, prefix, keep_vars):
-        super()._save_to_state_dict(destination, prefix, keep_vars)
-        metadata = getattr(destination, "_metadata", None)
-        if metadata is not None:
-            metadata.setdefault(prefix[:-1], {}).update(h=self.h, n_kv_heads=self.n_kv_heads, d_k=self.d_k)
-
-    def _load_from_state_dict(self, state_dict, prefix, local_metadata, *args, **kwargs):
-        checks.checkpoint_heads(self, local_metadata)  # before any of this layer's weights are copied
-        super()._load_from_state_dict(state_dict, prefix, local_metadata, *args, **kwargs)
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        key = prefix + "head_config"
+        checks.checkpoint_heads(self, state_dict.get(key))  # before any of this layer's weights are copied
+        # Matching, or not saved (a state_dict of mha 0.2): the layer's own counts load. load_state_dict hands each
+        # module a copy of the dict to change; a fresh tensor also mends one that to_empty() left unset.
+        state_dict[key] = torch.tensor([self.h, self.n_kv_heads, self.d_k], device=self.head_config.device)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def extra_repr(self) -> str:
         kv = f", n_kv_heads={self.n_kv_heads}" if self.n_kv_heads != self.h else ""

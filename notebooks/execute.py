@@ -18,7 +18,9 @@ a re-run change the file when nothing really changed:
 
 When a cell raises, the notebook is left as it was, and the script says which notebook and
 which cell (its index among all cells, from 0, and its first line), the error, then the cell's
-own traceback without colour codes, and exits with status 1.
+own traceback without colour codes, and exits with status 1. A kernel that dies, a cell that
+runs past the timeout and a file that is not a notebook get one line each, naming the notebook
+(and the cell), and status 1; a notebook that does not exist is a usage error: one line, status 2.
 """
 
 import argparse
@@ -31,7 +33,7 @@ from pathlib import Path
 
 import nbformat
 from nbclient import NotebookClient
-from nbclient.exceptions import CellExecutionError
+from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 
 HERE = Path(__file__).resolve().parent
 KERNELSPEC = {"display_name": "Python 3", "language": "python", "name": "python3"}
@@ -40,27 +42,39 @@ ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # colour codes in IPython's traceba
 
 
 class CellFailed(Exception):
-    """A cell raised: the message names the notebook, the cell and the error; ``traceback`` is the cell's own."""
+    """The notebook could not be executed: the message (one line) names the notebook, and the cell when one was
+    running, and what happened; ``traceback`` is the cell's own, when it raised."""
 
-    def __init__(self, message: str, traceback: str):
+    def __init__(self, message: str, traceback: str = ""):
         super().__init__(message)
         self.traceback = traceback
 
 
-def execute(path: Path, refresh_timing: bool = False) -> None:
-    nb = nbformat.read(path, as_version=4)
+def execute(path: Path, refresh_timing: bool = False, timeout: int = 600) -> None:
+    try:
+        nb = nbformat.read(path, as_version=4)
+    except Exception as err:  # invalid JSON (NotJSONError), not a notebook, unreadable: what nbformat says
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise CellFailed(f"{path}: not a notebook nbformat can read ({reason[:200]})") from None
     stored = [copy.deepcopy(cell.get("outputs")) for cell in nb.cells]
     committed = committed_sources(path)
+    running = []  # the index of each cell as it starts: the last one is the cell that failed, if one does
     client = NotebookClient(
-        nb, timeout=600, kernel_name="python3", record_timing=False,
+        nb, timeout=timeout, kernel_name="python3", record_timing=False,
         resources={"metadata": {"path": str(path.parent)}},
         # ipykernel 7 logs a warning about TCP without encryption at every start; errors still show.
         extra_arguments=["--IPKernelApp.log_level=ERROR"],
+        on_cell_execute=lambda cell, cell_index: running.append(cell_index),
     )
     try:
         client.execute()
     except CellExecutionError as err:
-        raise failed_cell(path, nb, err) from None
+        raise failed_cell(path, nb, err, running[-1] if running else None) from None
+    except DeadKernelError:
+        died = "the kernel died (os._exit, a crash, or out of memory)"
+        raise CellFailed(f"{path}: {where(nb, running)}: {died}") from None
+    except CellTimeoutError:
+        raise CellFailed(f"{path}: {where(nb, running)} ran past the timeout of {timeout} s") from None
     nb.metadata = {"kernelspec": KERNELSPEC, "language_info": {"name": "python"}}
     for cell, old in zip(nb.cells, stored):
         cell.metadata.pop("execution", None)
@@ -74,18 +88,25 @@ def execute(path: Path, refresh_timing: bool = False) -> None:
     print(f"executed {path.name}")
 
 
-def failed_cell(path: Path, nb, err: CellExecutionError) -> CellFailed:
-    """Which cell raised (nbclient stores its error output before raising) and what, in one line."""
-    index, cell = next(((i, c) for i, c in enumerate(nb.cells) if any(
-        o.get("output_type") == "error" for o in c.get("outputs", []))), (None, None))
+def failed_cell(path: Path, nb, err: CellExecutionError, index: int | None) -> CellFailed:
+    """The cell that raised (the last one started: an earlier cell tagged raises-exception may have raised too,
+    as it is allowed to) and what, in one line; its traceback as its error output shows it."""
     error = f"{err.ename}: {err.evalue}" if err.evalue else err.ename
-    if cell is None:  # not an error output (e.g. a failure nbclient reports without one): its own message
-        return CellFailed(f"{path}: a cell failed: {error}", ANSI.sub("", str(err)))
-    first = next((line.strip() for line in cell.source.splitlines() if line.strip()), "")
+    if index is None:  # no cell started: nbclient's own message, which names no cell
+        return CellFailed(f"{path}: {error}")
+    traceback = "\n".join(ANSI.sub("", line) for out in nb.cells[index].get("outputs", [])
+                          if out.get("output_type") == "error" for line in out.get("traceback", []))
+    return CellFailed(f"{path}: {where(nb, [index])} raised {error}", traceback)
+
+
+def where(nb, running: list) -> str:
+    """'cell i ('its first line')' for the last cell started, or 'before any cell ran'."""
+    if not running:
+        return "before any cell ran"
+    index = running[-1]
+    first = next((line.strip() for line in nb.cells[index].source.splitlines() if line.strip()), "")
     first = first if len(first) <= 80 else first[:77] + "..."
-    traceback = "\n".join(ANSI.sub("", line) for out in cell.outputs if out.get("output_type") == "error"
-                          for line in out.get("traceback", []))
-    return CellFailed(f"{path}: cell {index} ({first!r}) raised {error}", traceback)
+    return f"cell {index} ({first!r})"
 
 
 def committed_sources(path: Path) -> dict:
@@ -140,19 +161,32 @@ def same_but_numbers(old, new) -> bool:
     return masked(old) == masked(new)
 
 
-def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line and status 2 (argparse's for a usage error), no usage dump
+        self.exit(2, f"execute.py: error: {message}\n")
+
+
+def main(argv=None) -> int:
+    parser = _Parser(prog="execute.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("paths", nargs="*", type=Path, help="notebooks (default: every notebook in notebooks/)")
     parser.add_argument("--refresh-timing", action="store_true",
                         help="store new outputs in NBVAL_IGNORE_OUTPUT cells even if only their numbers changed")
     args = parser.parse_args(argv)
-    for p in args.paths or sorted(HERE.glob("*.ipynb")):
+    paths = args.paths or sorted(HERE.glob("*.ipynb"))
+    missing = [str(p) for p in paths if not p.is_file()]
+    if missing:  # before any notebook runs
+        parser.error(f"no such notebook: {', '.join(missing)}")
+    for p in paths:
         try:
             execute(p, refresh_timing=args.refresh_timing)
         except CellFailed as failed:
             print(f"execute.py: {failed} (the notebook was not changed)", file=sys.stderr)
-            print(failed.traceback, file=sys.stderr)
+            if failed.traceback:
+                print(failed.traceback, file=sys.stderr)
             return 1
+        except KeyboardInterrupt:
+            print(f"execute.py: {p}: interrupted (the notebook was not changed)", file=sys.stderr)
+            return 130
     return 0
 
 

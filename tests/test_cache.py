@@ -210,6 +210,25 @@ def test_gradients_through_the_cache_equal_those_of_one_causal_call(max_len, nee
 
 
 @MODES
+def test_a_cache_filled_under_inference_mode_keeps_working_outside_it_and_back(max_len):
+    # The fault: a preallocated cache filled under torch.inference_mode() raised torch's "Inplace update to
+    # inference tensor outside InferenceMode" at the next step outside it.
+    m = mha.MultiHeadAttention(16, 4).eval()
+    x = torch.randn(2, 7, 16)
+    cache = mha.KVCache(max_len=max_len)
+    with torch.inference_mode():
+        m(x[:, :3], cache=cache)
+    steps = [m(x[:, t : t + 1], cache=cache)[0] for t in range(3, 5)]  # outside, gradients on
+    with torch.no_grad():
+        steps.append(m(x[:, 5:6], cache=cache)[0])
+    with torch.inference_mode():  # and back inside
+        steps.append(m(x[:, 6:7], cache=cache)[0])
+    with torch.no_grad():
+        assert_close(torch.cat(steps, 1), m(x)[0][:, 3:], atol=1e-6)
+    assert len(cache) == 7
+
+
+@MODES
 def test_update_takes_keys_and_values_of_one_shape(max_len):
     cache = mha.KVCache(max_len=max_len)
     with pytest.raises(ValueError, match=r"one shape \(B, n_kv_heads, T_new, d_k\), got k \(1, 2, 3, 4\) and v \(1, 2"):

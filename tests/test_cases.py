@@ -3,6 +3,7 @@
 Each test is named after its case id and fixes the whole kind of fault.
 """
 
+import copy
 import io
 
 import pytest
@@ -246,6 +247,26 @@ def test_C10_compiled_decode_loop_with_kv_cache(need_weights, n_kv_heads, max_le
         assert counts[-1] <= 4
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_C10_a_mask_of_the_wrong_shape_raises_the_eager_message_under_compile(dynamic, graphs):
+    # The fault: the shape check called torch.broadcast_shapes, which fails inside dynamo's fake tensors, so a
+    # compiled layer raised dynamo's TorchRuntimeError instead of the ValueError that says what to pass.
+    m = mha.MultiHeadAttention(16, 4).eval()
+    f = torch.compile(m, backend=graphs, dynamic=dynamic)
+    x = torch.randn(2, 5, 16)
+    pad = mha.padding_mask([5, 3])
+    y, _ = f(x, mask=pad[:, None, None, :])
+    assert_close(y, m(x, mask=pad[:, None, None, :])[0], atol=1e-6)
+    for mask, message in ((pad, r"= \(2, 4, 5, 5\); a \(B, S\) padding mask goes in as mask\[:, None, None, :\]"),
+                          (torch.ones(3, 5, 5, dtype=torch.bool), r"mask of shape \(3, 5, 5\) does not broadcast")):
+        with pytest.raises(ValueError, match=message):
+            f(x, mask=mask)
+    assert graphs.count >= 1  # it compiled (the calls that raised run eagerly, as dynamo runs any frame that raises)
+    y, _ = f(x, mask=pad[:, None, None, :])
+    assert_close(y, m(x, mask=pad[:, None, None, :])[0], atol=1e-6)
+
+
 @pytest.mark.parametrize("need_weights", [True, False])
 def test_C11_stacked_layers_under_bfloat16_autocast(need_weights):
     # The fault: the second layer refused the bfloat16 activations autocast hands it from the first.
@@ -307,6 +328,21 @@ def test_C11_dtype_mismatch_outside_autocast_gives_advice_for_both_uses():
     with pytest.raises(TypeError, match=r"convert one of them") as err:
         mha.MultiHeadAttention(16, 4).double()(x)
     assert "autocast" not in str(err.value)
+
+
+def test_C11_float64_mixed_in_under_autocast_is_named_as_passed():
+    # The fault: float32 q with float64 k under bfloat16 autocast reported q as bfloat16 (autocast's cast, not what
+    # was passed) and advised running under torch.autocast, which was already on.
+    q = torch.randn(2, 3, 4)
+    with torch.autocast("cpu", dtype=torch.bfloat16), pytest.raises(TypeError) as err:
+        mha.scaled_dot_product_attention(q, q.double(), q)
+    assert str(err.value) == ("q, k, v must share a dtype, got torch.float32, torch.float64, torch.float32; "
+                              "torch.autocast casts the others to torch.bfloat16 but never float64: cast those to "
+                              "float32")
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # the advice works
+        assert mha.scaled_dot_product_attention(q, q, q)[0].dtype == torch.bfloat16
+    with pytest.raises(TypeError, match=r"got torch.float32, torch.float64, torch.float32; cast them to one"):
+        mha.scaled_dot_product_attention(q, q.double(), q)  # outside autocast, as before
 
 
 def _bytes_kept_alive(cache):
@@ -419,24 +455,39 @@ def test_C14_nan_in_padded_rows_of_x_leaves_the_real_tokens_alone(causal, need_w
 
 
 def test_C14_gradients_of_a_loss_on_the_real_tokens_stay_finite():
-    # The gradient with respect to the real tokens is the one without the padding, when the mask says which
-    # *queries* are padding too (B, 1, T, S): a padded query's NaN otherwise reaches every key's gradient as
-    # 0 * NaN, in any implementation (and so does a NaN row of x in nn.Linear's weight gradient).
+    # The recipe of padding_mask's docstring, forward's and docs/mask_convention.md: the gradient with respect to the
+    # real tokens is the one without the padding when the mask says which *queries* are padding too (B, 1, T, S).
+    # With the key-padding mask alone a padded query's NaN reaches every key's gradient as 0 * NaN, in any
+    # implementation (and a NaN row of x reaches nn.Linear's weight gradient so, unless it is replaced).
     m = mha.MultiHeadAttention(16, 4, dtype=torch.float64).eval()
     lengths = [6, 4]
     x = torch.randn(2, 6, 16, dtype=torch.float64)
     x[1, 4:] = float("nan")
     x.requires_grad_()
-    real = mha.padding_mask(lengths)
-    keep = (real[:, :, None] & real[:, None, :])[:, None]  # (B, 1, T, S): real queries, real keys
+    pad = mha.padding_mask(lengths)
+    keep = pad[:, None, :, None] & pad[:, None, None, :]  # (B, 1, T, S): real queries, real keys
     for need_weights in (True, False):
         x.grad = None
+        y, _ = m(x, mask=pad[:, None, None, :], need_weights=need_weights)  # the key-padding mask alone
+        (y * pad[..., None]).nan_to_num().sum().backward()  # a loss on the real tokens only
+        assert torch.isfinite(y[1, :4]).all() and torch.isnan(x.grad[1, :4]).any()  # outputs right, gradients not
+        x.grad = None
         y, _ = m(x, mask=keep, need_weights=need_weights)
-        (y * real[..., None]).nan_to_num().sum().backward()  # a loss on the real tokens only
+        (y * pad[..., None]).nan_to_num().sum().backward()
         assert torch.isfinite(x.grad).all() and x.grad[1, 4:].abs().max() == 0
         part = x.detach()[1:, :4].clone().requires_grad_()
         m(part)[0].sum().backward()
         assert_close(x.grad[1, :4], part.grad[0], atol=1e-12)
+    # And the weights' gradients, once the NaN rows are replaced: those of the unpadded sequences.
+    m.zero_grad()
+    y, _ = m(x.detach().masked_fill(~pad[..., None], 0), mask=keep)
+    (y * pad[..., None]).sum().backward()
+    padded = [p.grad.clone() for p in m.parameters()]
+    m.zero_grad()
+    for b, n in enumerate(lengths):
+        m(x.detach()[b : b + 1, :n])[0].sum().backward()
+    for a, b in zip(padded, [p.grad for p in m.parameters()]):
+        assert_close(a, b, atol=1e-12)
     # Cross-attention: NaN in the padded rows of the context (an encoder's output) stays out of every gradient
     # but W_K's and W_V's, which multiply those rows (nn.Linear's weight gradient: 0 * NaN).
     m.zero_grad()
@@ -444,7 +495,7 @@ def test_C14_gradients_of_a_loss_on_the_real_tokens_stay_finite():
     context = torch.randn(2, 6, 16, dtype=torch.float64)
     context[1, 4:] = float("nan")
     context.requires_grad_()
-    y, _ = m(x, context, mask=real[:, None, None, :])
+    y, _ = m(x, context, mask=pad[:, None, None, :])
     y.sum().backward()
     assert torch.isfinite(y).all() and torch.isfinite(x.grad).all() and torch.isfinite(context.grad).all()
     assert torch.isfinite(m.out.weight.grad).all() and torch.isfinite(m.qkv.weight.grad[:16]).all()  # W_O, W_Q
@@ -492,6 +543,36 @@ def test_C18_beams_may_change_the_batch_and_are_checked():
     mha.KVCache().reorder([2, 0])  # an empty cache has nothing to reorder
 
 
+@pytest.mark.parametrize("max_len", [None, 16], ids=["growing", "preallocated"])
+@pytest.mark.parametrize("how", [copy.copy, copy.deepcopy], ids=["copy", "deepcopy"])
+@pytest.mark.parametrize("grad", [False, True], ids=["no_grad", "grad"])
+def test_C18_a_copied_cache_forks_a_beam_that_equals_recomputing_its_prefix(max_len, how, grad):
+    # The fault: copy.copy of a preallocated cache shared its buffers (each branch wrote over the other's keys, off
+    # by 0.28); deepcopy copied the owner layer too (the layer then refused its own cache), or failed inside torch
+    # with gradients on.
+    m = mha.MultiHeadAttention(16, 4, n_kv_heads=2, dtype=torch.float64).eval()
+    prefix = torch.randn(2, 3, 16, dtype=torch.float64, requires_grad=grad)
+    a, b = torch.randn(2, 2, 16, dtype=torch.float64), torch.randn(2, 2, 16, dtype=torch.float64)
+    cache = mha.KVCache(max_len=max_len)
+    with torch.set_grad_enabled(grad):
+        m(prefix, cache=cache)
+        fork = how(cache)
+        forked, kept = [], []
+        for t in range(2):  # the two branches step in turn, each after the other wrote
+            forked.append(m(a[:, t : t + 1], cache=fork)[0])
+            kept.append(m(b[:, t : t + 1], cache=cache)[0])
+        assert_close(torch.cat(forked, 1), m(torch.cat([prefix, a], 1))[0][:, 3:])
+        assert_close(torch.cat(kept, 1), m(torch.cat([prefix, b], 1))[0][:, 3:])
+    assert len(fork) == len(cache) == 5 and fork.max_len == max_len
+    if grad:  # the copy's keys are clones: a loss on the forked branch reaches the prefix that computed them
+        stepped = torch.autograd.grad(torch.cat(forked, 1).sum(), prefix)[0]
+        full = torch.autograd.grad(m(torch.cat([prefix, a], 1))[0][:, 3:].sum(), prefix)[0]
+        assert_close(stepped, full)
+    # The same owner: another layer is refused by the copy as by the original.
+    with pytest.raises(ValueError, match=r"holds the keys of another layer"):
+        mha.MultiHeadAttention(16, 4, n_kv_heads=2, dtype=torch.float64)(a[:, :1], cache=fork)
+
+
 @pytest.mark.parametrize("saved, loading, names", [
     ((32, 4, {}), (32, 8, {}), r"h=4, n_kv_heads=4, d_k=8, but this layer has h=8, n_kv_heads=8, d_k=4"),
     ((32, 8, {"n_kv_heads": 4}), (32, 4, {"n_kv_heads": 2}), r"h=8, n_kv_heads=4, d_k=4, .* h=4, n_kv_heads=2, d_k=8"),
@@ -515,28 +596,86 @@ def test_C19_a_checkpoint_of_another_head_count_is_refused(saved, loading, names
     assert all(torch.equal(a, b) for a, b in zip(before, target.parameters()))  # nothing was copied
 
 
-def test_C19_the_same_sizes_and_0_2_checkpoints_load_and_keys_stay_as_they_were():
+def _strip_prefix(state):
+    return {k.removeprefix("module."): v for k, v in state.items()}
+
+
+# Ways a state_dict is rebuilt on its way to a layer (case C19): the head counts must survive every one.
+REBUILT = {
+    "dict(sd)": dict,
+    "comprehension": lambda sd: {k: v for k, v in sd.items()},
+    "half, then float": lambda sd: {k: v.half().float() for k, v in sd.items()},
+    "bfloat16": lambda sd: {k: v.bfloat16() for k, v in sd.items()},
+    "module. prefix stripped": lambda sd: _strip_prefix({f"module.{k}": v for k, v in sd.items()}),
+}
+
+
+@pytest.mark.parametrize("rebuild", REBUILT.values(), ids=REBUILT.keys())
+def test_C19_the_head_counts_survive_a_rebuilt_state_dict(rebuild):
+    # The fault: the counts lived in state_dict._metadata, which every rebuilt dict drops, so a (32, 4) checkpoint
+    # loaded into MultiHeadAttention(32, 8) without a word.
+    source, target = mha.MultiHeadAttention(32, 4), mha.MultiHeadAttention(32, 8)
+    before = [t.clone() for t in target.state_dict().values()]
+    for strict in (True, False):
+        with pytest.raises(ValueError, match=r"from a layer with h=4, n_kv_heads=4, d_k=8, but this layer has h=8"):
+            target.load_state_dict(rebuild(source.state_dict()), strict=strict)
+    assert all(torch.equal(a, b) for a, b in zip(before, target.state_dict().values()))  # nothing was copied
+    same = mha.MultiHeadAttention(32, 4, dtype=torch.float64)  # the same sizes load, whatever the dtype
+    same.load_state_dict(rebuild(source.state_dict()))
+    assert same.head_config.dtype == torch.int64 and same.head_config.tolist() == [4, 4, 8]
+
+
+def test_C19_the_head_counts_survive_safetensors():
+    safetensors = pytest.importorskip("safetensors.torch")
+    source, target = mha.MultiHeadAttention(32, 4, n_kv_heads=2), mha.MultiHeadAttention(32, 4, n_kv_heads=4)
+    saved = safetensors.load(safetensors.save(source.state_dict()))
+    with pytest.raises(ValueError, match=r"n_kv_heads=2, d_k=8, but this layer has h=4, n_kv_heads=4, d_k=8"):
+        target.load_state_dict(saved)
+    copy_ = mha.MultiHeadAttention(32, 4, n_kv_heads=2)
+    copy_.load_state_dict(saved)
+    x = torch.randn(2, 3, 32)
+    assert torch.equal(copy_(x)[0], source(x)[0])
+
+
+def test_C19_half_and_to_dtype_keep_the_head_counts_integer():
+    m = mha.MultiHeadAttention(32, 4).half()
+    assert m.head_config.dtype == torch.int64 and m.to(torch.float64).head_config.tolist() == [4, 4, 8]
+    assert m.qkv.weight.dtype == torch.float64
+
+
+def test_C19_the_same_sizes_and_0_2_checkpoints_load():
     source, target = mha.MultiHeadAttention(32, 4), mha.MultiHeadAttention(32, 4)
     state = source.state_dict()
-    assert list(state) == ["qkv.weight", "qkv.bias", "out.weight", "out.bias"]  # no new entry
+    assert list(state) == ["head_config", "qkv.weight", "qkv.bias", "out.weight", "out.bias"]
     target.load_state_dict(state)
     x = torch.randn(2, 3, 32)
     assert torch.equal(target(x)[0], source(x)[0])
-    # mha 0.2 recorded no head count: its checkpoints load as they always did, into any h.
+    # mha 0.2 saved no head counts: its checkpoints load as they always did, into any h, strict or not.
     old = mha.MultiHeadAttention(32, 8).state_dict()
-    for name in ("h", "n_kv_heads", "d_k"):
-        del old._metadata[""][name]
-    target.load_state_dict(old)
-    assert torch.equal(target.qkv.weight, old["qkv.weight"])
-    # A module with the same names (the benchmark's minimal layer, the article's class) loads ours, and ours its.
+    del old["head_config"]
+    for strict in (True, False):
+        result = target.load_state_dict(old, strict=strict)
+        assert result.missing_keys == [] and result.unexpected_keys == []
+    assert torch.equal(target.qkv.weight, old["qkv.weight"]) and target.head_config.tolist() == [4, 4, 8]
+    # A module with the same names (the benchmark's minimal layer, the article's class) loads ours without the
+    # head counts, and ours loads its.
     plain = nn.Module()
     plain.qkv, plain.out = nn.Linear(32, 96), nn.Linear(32, 32)
-    plain.load_state_dict(source.state_dict())
+    with pytest.raises(RuntimeError, match=r"Unexpected key\(s\) in state_dict: \"head_config\""):
+        plain.load_state_dict(source.state_dict())
+    plain.load_state_dict({k: v for k, v in source.state_dict().items() if k != "head_config"})
     target.load_state_dict(plain.state_dict())
     assert torch.equal(target(x)[0], source(x)[0])
     # strict=False keeps its meaning: missing and unexpected keys are reported, not raised.
     result = target.load_state_dict({"qkv.weight": state["qkv.weight"], "extra": torch.ones(1)}, strict=False)
     assert result.missing_keys == ["qkv.bias", "out.weight", "out.bias"] and result.unexpected_keys == ["extra"]
+    # A layer made on the meta device and given memory by to_empty() (unset counts) loads a checkpoint of its sizes.
+    empty = mha.MultiHeadAttention(32, 4, device="meta").to_empty(device="cpu")
+    empty.load_state_dict(state)
+    assert empty.head_config.tolist() == [4, 4, 8] and torch.equal(empty(x)[0], source(x)[0])
+    # A head_config that is not three numbers is named.
+    with pytest.raises(ValueError, match=r"head_config must be a tensor \[h, n_kv_heads, d_k\], got \(2,\)"):
+        target.load_state_dict({**state, "head_config": torch.tensor([4, 4])})
     # And the weights still go to and from PyTorch's module.
     back = mha.from_torch(mha.to_torch(source))
     back.load_state_dict(source.state_dict())

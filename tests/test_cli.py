@@ -110,6 +110,18 @@ def test_C21_a_size_over_the_memory_budget_is_refused_before_allocating(args, sh
     assert memory_needed(*(over[o] for o in ("--d-model", "--heads", "--batch", "--tokens"))) > BUDGET
 
 
+def test_C21_when_no_size_fits_it_says_so_and_what_to_change(capsys):
+    # Before: "at most --d-model 0 fits", a value the command itself refuses.
+    with pytest.raises(SystemExit) as exit_:
+        main(["--heads", "100000", "--d-model", "100000"])
+    err = capsys.readouterr().err
+    smallest = memory_needed(100000, 100000, 2, 6)  # d_model = h: one dimension per head
+    assert exit_.value.code == 2 and err.count("\n") == 1, err
+    assert err.endswith(f"; nothing fits with --heads 100000: even the smallest width, --d-model 100000, would need "
+                        f"about {smallest / 2**30:,.1f} GiB; use fewer --heads\n"), err
+    assert smallest > BUDGET and " 0 " not in err
+
+
 @pytest.mark.slow
 def test_C21_refused_in_one_line_from_the_command_line():
     r = run("--tokens", "5000")

@@ -59,6 +59,19 @@ def test_export_with_a_dynamic_length_runs_at_other_lengths(need_weights, masked
 
 
 @pytest.mark.parametrize("need_weights", [True, False])
+def test_compile_dynamic_serves_every_size_from_2_and_specialises_1(need_weights, graphs):
+    # docs/compatibility.md: one graph for every B, T >= 2; T = 1 and B = 1 (sizes dynamo specialises) add one each.
+    m = mha.MultiHeadAttention(16, 4).eval()
+    f = torch.compile(m, backend=graphs, fullgraph=True, dynamic=True)
+    counts = []
+    for B, T in ((2, 7), (3, 11), (2, 1), (4, 1), (1, 5), (1, 9), (1, 1), (5, 6)):
+        x = torch.randn(B, T, 16)
+        assert_all_close([f(x, need_weights=need_weights)[0]], [m(x, need_weights=need_weights)[0]])
+        counts.append(graphs.count)
+    assert counts == [1, 1, 2, 2, 3, 3, 4, 4]
+
+
+@pytest.mark.parametrize("need_weights", [True, False])
 def test_compile_dynamic_cross_attention_with_mask(need_weights, graphs):
     # T and S are two different symbols here, so no shortcut may assume T == S.
     m = mha.MultiHeadAttention(16, 4, n_kv_heads=1).eval()

@@ -32,8 +32,28 @@ def test_signatures_are_the_published_ones():
     fwd = inspect.signature(mha.MultiHeadAttention.forward).parameters
     assert list(fwd)[:3] == ["self", "x", "context"]
     assert {n: fwd[n].default for n in ("causal", "mask", "need_weights")} == {
-        "causal": True, "mask": None, "need_weights": True,
+        "causal": None, "mask": None, "need_weights": True,
     }
+    # A shard of the layer (mha.parallel) is called as the layer is.
+    from mha.parallel.sharding import ShardedMultiHeadAttention
+
+    shard = inspect.signature(ShardedMultiHeadAttention.forward).parameters
+    assert [(n, p.kind, p.default) for n, p in shard.items()] == [(n, p.kind, p.default) for n, p in fwd.items()]
+
+
+def test_causal_defaults_to_self_attention_only_and_refuses_an_explicit_true_with_a_context():
+    # The fault: causal=True with a context was silently dropped (cross-attention is never causal).
+    m = mha.MultiHeadAttention(16, 4, dtype=torch.float64)
+    x, context = torch.randn(2, 3, 16, dtype=torch.float64), torch.randn(2, 5, 16, dtype=torch.float64)
+    assert torch.equal(m(x)[1], m(x, causal=True)[1])  # self-attention: causal by default
+    assert m(x)[1][0, 0, 0, 1:].abs().max() == 0 and m(x, causal=False)[1][0, 0, 0, 1:].min() > 0
+    for fused in (False, True):  # cross-attention: not causal by default, nor with causal=False
+        y, _ = m(x, context, need_weights=not fused)
+        assert_close(y, m(x, context, causal=False, need_weights=not fused)[0])
+        assert_close(y, mha.to_torch(m)(x, context, context)[0])  # every query sees all 5 keys
+    with pytest.raises(ValueError, match=r"causal=True with a context: x and context are different sequences.*"
+                                         r"pass a mask to restrict it"):
+        m(x, context, causal=True)
 
 
 @pytest.mark.parametrize("h", [1, 4])

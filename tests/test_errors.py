@@ -67,6 +67,10 @@ MISUSES = [  # (id, call, exception, regex that the message must match)
      r"n_kv_heads=1 < h=2"),
     ("to_torch_attn_mask 4-D without shape", lambda: mha.to_torch_attn_mask(torch.ones(2, 1, 1, 3)), ValueError,
      r"needs shape=\(B, h, T, S\)"),
+    ("causal=True with a context", lambda: M(x, torch.randn(2, 5, 8), causal=True), ValueError,
+     r"causal=True with a context: x and context are different sequences"),
+    ("need_weights a tensor, causal left out", lambda: M(x, need_weights=torch.ones(1)), TypeError,
+     r"need_weights must be True or False"),
     ("cache with context", lambda: M(x, torch.randn(2, 3, 8), cache=mha.KVCache()), ValueError, r"self-attention"),
     ("cache wrong type", lambda: M(x, cache={}), TypeError, r"mha.KVCache"),
     ("padding lengths too long", lambda: mha.padding_mask([3, 5], 4), ValueError, r"\[0, S=4\].*\[3, 5\]"),
@@ -92,8 +96,35 @@ MISUSES = [  # (id, call, exception, regex that the message must match)
     ("split_heads width", lambda: mha.split_heads(torch.randn(2, 3, 7), 2), ValueError, r"h=2, got shape \(2, 3, 7\)"),
     ("split_heads h zero", lambda: mha.split_heads(x, 0), ValueError, r"h must be positive, got 0"),
     ("merge_heads 3-D", lambda: mha.merge_heads(x), ValueError, r"\(B, h, T, d_k\), got shape \(2, 3, 8\)"),
+    ("scale a string", lambda: mha.scaled_dot_product_attention(q, q, q, scale="a"), TypeError,
+     r"scale must be a number \(default None: 1 / sqrt\(d_k\)\), got str 'a'"),
+    ("scale a bool", lambda: mha.scaled_dot_product_attention(q, q, q, scale=True), TypeError, r"got bool True"),
+    ("scale NaN", lambda: mha.scaled_dot_product_attention(q, q, q, scale=float("nan")), ValueError,
+     r"scale must be finite, got nan"),
+    ("scale inf", lambda: mha.scaled_dot_product_attention(q, q, q, scale=float("inf"), need_weights=False),
+     ValueError, r"scale must be finite, got inf"),
+    ("reorder one int", lambda: _filled_cache().reorder(1), TypeError,
+     r"beams must be batch row indices: a list of ints or a 1-D integer tensor, got int 1"),
+    ("padding lengths one int", lambda: mha.padding_mask(3), TypeError,
+     r"lengths must be a list of ints or a 1-D integer tensor, one length per sequence, got int 3"),
+    ("from_heads one int", lambda: mha.MultiHeadAttention.from_heads(M, 1), TypeError,
+     r"heads must be a range or sequence of query-head indices, got int 1"),
+    ("from_heads bools", lambda: mha.MultiHeadAttention.from_heads(M, [True, False]), TypeError,
+     r"head indices must be ints, got True"),
+    ("to_torch_attn_mask 3 sizes", lambda: mha.to_torch_attn_mask(tril, (2, 3, 3)), ValueError,
+     r"shape must be \(B, h, T, S\), four sizes, got \(2, 3, 3\)"),
+    ("to_torch_attn_mask float size", lambda: mha.to_torch_attn_mask(tril, (2, 1, 3.0, 3)), TypeError,
+     r"shape's T must be an int, got 3.0"),
+    ("to_additive_mask dtype a string", lambda: mha.to_additive_mask(tril, "float32"), TypeError,
+     r"dtype must be a torch.dtype such as torch.float32, got str 'float32'"),
     ("merge_heads of a list", lambda: mha.merge_heads([x]), TypeError, r"x must be a torch.Tensor, got list"),
 ]
+
+
+def _filled_cache():
+    cache = mha.KVCache()
+    M(x, cache=cache)
+    return cache
 
 
 @pytest.mark.parametrize("call, error, message", [c[1:] for c in MISUSES], ids=[c[0] for c in MISUSES])

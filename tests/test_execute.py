@@ -118,3 +118,53 @@ def test_C20_a_failing_cell_is_named_with_its_notebook_and_error(tmp_path):
     assert not [line for line in rest if any(w in line for w in ("nbclient", "asyncio", "execute.py", "WARNING"))]
     assert len(rest) < 12, r.stderr
     assert r.stdout == "" and path.read_bytes() == before
+
+
+def run_failing(path, *paths):
+    r = subprocess.run([sys.executable, str(SCRIPT), str(path), *map(str, paths)], capture_output=True, text=True,
+                       timeout=300)
+    return r.returncode, r.stderr.splitlines(), r.stdout
+
+
+def notebook(tmp_path, *sources, tags=None):
+    cells = [nbformat.v4.new_code_cell(source) for source in sources]
+    for i, cell_tags in (tags or {}).items():
+        cells[i].metadata["tags"] = cell_tags
+    path = tmp_path / "nb.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=cells), path)
+    return path, path.read_bytes()
+
+
+@pytest.mark.slow
+def test_C20_a_dead_kernel_is_one_line_naming_the_notebook_and_the_cell(tmp_path):
+    # Before: a 19-line asyncio traceback ending in nbclient's DeadKernelError.
+    path, before = notebook(tmp_path, "x = 1", "import os; os._exit(1)", "print('after')")
+    status, lines, out = run_failing(path)
+    assert status == 1 and out == "" and path.read_bytes() == before
+    assert lines == [f"execute.py: {path}: cell 1 ('import os; os._exit(1)'): the kernel died (os._exit, a crash, "
+                     "or out of memory) (the notebook was not changed)"]
+
+
+@pytest.mark.slow
+def test_C20_the_cell_that_failed_is_named_after_an_expected_error(tmp_path):
+    # Before: the first cell with an error output was blamed, here the one tagged raises-exception.
+    path, before = notebook(tmp_path, "raise ValueError('expected')", "x = 1", "1 / 0",
+                            tags={0: ["raises-exception"]})
+    status, lines, _ = run_failing(path)
+    assert status == 1 and path.read_bytes() == before
+    assert lines[0] == (f"execute.py: {path}: cell 2 ('1 / 0') raised ZeroDivisionError: division by zero "
+                        "(the notebook was not changed)")
+    assert "ValueError" not in "\n".join(lines)
+
+
+def test_C20_a_file_that_is_not_a_notebook_or_does_not_exist_is_one_line(tmp_path):
+    # Before: 37 lines of nbformat's traceback for invalid JSON, 21 for a missing file.
+    bad = tmp_path / "bad.ipynb"
+    bad.write_text("not json\n")
+    status, lines, _ = run_failing(bad)
+    assert status == 1 and lines == [f"execute.py: {bad}: not a notebook nbformat can read (Notebook does not "
+                                     "appear to be JSON: 'not json\\n') (the notebook was not changed)"]
+    # A missing notebook is a usage error (argparse's status 2), found before any notebook runs.
+    status, lines, _ = run_failing(bad, tmp_path / "missing.ipynb")
+    assert status == 2 and lines == [f"execute.py: error: no such notebook: {tmp_path / 'missing.ipynb'}"]
+    assert bad.read_text() == "not json\n"

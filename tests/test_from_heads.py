@@ -136,3 +136,13 @@ def test_from_heads_refuses_heads_that_make_no_layer(heads, error, message):
 def test_from_heads_needs_our_layer():
     with pytest.raises(TypeError, match=r"from_heads needs an mha.MultiHeadAttention, got MultiheadAttention"):
         mha.MultiHeadAttention.from_heads(torch.nn.MultiheadAttention(16, 4), [0])
+
+
+@pytest.mark.parametrize("n_kv_heads, heads, config", [(None, [2, 0], [2, 2, 4]), (2, range(2), [2, 1, 4])])
+def test_a_layer_of_some_heads_saves_its_own_head_counts(n_kv_heads, heads, config):
+    # from_heads builds on the meta device, then to_empty(): its head_config must be set after (case C19).
+    part = mha.MultiHeadAttention.from_heads(layer(n_kv_heads=n_kv_heads), heads)
+    assert part.head_config.tolist() == config == [part.h, part.n_kv_heads, part.d_k]
+    with pytest.raises(ValueError, match=r"this state_dict is from a layer with h=2"):
+        layer(n_kv_heads=n_kv_heads).load_state_dict(part.state_dict(), strict=False)
+    mha.MultiHeadAttention(16, 2, n_kv_heads=config[1], d_k=4, dtype=torch.float64).load_state_dict(part.state_dict())

@@ -291,6 +291,10 @@ def test_save_writes_html_svg_or_png_by_suffix_and_refuses_others(tmp_path):
     assert (tmp_path / "v.png").read_bytes() == view.to_png()
     with pytest.raises(ValueError, match=r"\.html, \.svg or \.png"):
         view.save(tmp_path / "v.pdf")
+    for suffix in ("HTML", "Svg", "PNG"):  # the suffix in any case (it was refused in capitals)
+        view.save(tmp_path / f"upper.{suffix}")
+    assert (tmp_path / "upper.PNG").read_bytes() == view.to_png()
+    assert (tmp_path / "upper.HTML").read_text(encoding="utf-8") == page
 
 
 def test_assets_cannot_end_the_inline_script():

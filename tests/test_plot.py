@@ -100,6 +100,19 @@ def test_plot_heads_refuses_a_bad_batch_index_ncols_or_head_names():
         plot_heads(w[0], head_names=["a"])
 
 
+def test_plot_heads_refuses_a_string_of_tokens_and_nan_weights_naming_where():
+    # The fault: "abcd" passed as 4 labels (head_view refuses it), and NaN weights were drawn as empty cells.
+    w = torch.softmax(torch.randn(2, 4, 4), -1)
+    for kwargs in ({"tokens": "abcd"}, {"tokens": list("abcd"), "key_tokens": "wxyz"}):
+        with pytest.raises(TypeError, match=r"tokens must be a list of strings, got one string '(abcd|wxyz)': use"):
+            plot_heads(w, **kwargs)
+    with pytest.raises(TypeError, match=r"tokens must be a list of strings, got one string"):
+        plot_mask(mha.causal_mask(4), "abcd")
+    w[1, 2, 3] = w[1, 3, 0] = float("nan")
+    with pytest.raises(ValueError, match=r"weights contain NaN \(2 of 32\), the first at head 1, query 2, key 3"):
+        plot_heads(w[None], list("abcd"))
+
+
 def test_notebook_style_undoes_a_local_matplotlibrc():
     from mha.plot import notebook_style
 

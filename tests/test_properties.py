@@ -57,6 +57,8 @@ def test_module_matches_pytorch(case):
     x = torch.randn(B, T, case["d_model"], dtype=dtype)
     context = torch.randn(B, S, case["d_model"], dtype=dtype) if case["cross"] else None
     keep, causal = case["keep"], case["causal"]
+    if context is not None:  # cross-attention is never causal: None (the default) or False say so
+        causal = None if causal else False
 
     # What the reference must be told: the causal mask applies to self-attention only.
     intent = keep

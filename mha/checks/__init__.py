@@ -21,11 +21,23 @@ from .layer import (
     torch_module,
 )
 from .masks import additive_mask, causal_lengths, fits, keep_mask, padding_lengths, torch_attn_mask
-from .values import broadcast_shapes, check_int, check_positive, divisors, dropout, flags, is_int, tensor
+from .values import (
+    broadcast_shapes,
+    check_int,
+    check_positive,
+    divisors,
+    dropout,
+    flags,
+    is_int,
+    scale,
+    sequence,
+    tensor,
+)
 
 __all__ = [
     "additive_mask", "attention_inputs", "broadcast_shapes", "cache_beams", "cache_max_len", "cache_update",
     "causal_lengths", "check_int", "check_positive", "checkpoint_heads", "chosen_heads", "divisors", "dropout",
     "fits", "flags", "is_int", "keep_mask", "layer_inputs", "layer_sizes", "merge_heads", "module",
-    "padding_lengths", "read_only", "split_heads", "tensor", "torch_attn_mask", "torch_compatible", "torch_module",
+    "padding_lengths", "read_only", "scale", "sequence", "split_heads", "tensor", "torch_attn_mask",
+    "torch_compatible", "torch_module",
 ]

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from ..precision import autocast_inputs
+from ..precision import autocast_dtype, autocast_inputs
 from .masks import fits, keep_mask
-from .values import broadcast_shapes, check_positive, dropout, flags, tensor
+from .values import broadcast, check_positive, dropout, flags, scale, tensor
 
 
 def split_heads(x, h) -> None:
@@ -28,12 +28,13 @@ def merge_heads(x) -> None:
 # -- scaled_dot_product_attention -----------------------------------------------------------------------
 
 
-def attention_inputs(q, k, v, mask, is_causal, dropout_p, need_weights, enable_gqa):
+def attention_inputs(q, k, v, mask, is_causal, scale_, dropout_p, need_weights, enable_gqa):
     """``mha.scaled_dot_product_attention``'s inputs, checked: (q, k, v, keep).
 
     Under an active autocast q, k and v come back in its dtype (as its matmuls would cast
     them), and the mask as a bool keep-mask on q's device, or None.
     """
+    passed = [getattr(t, "dtype", None) for t in (q, k, v)]  # as given: the message names these, not autocast's
     q, k, v = autocast_inputs(q, k, v)  # a no-op outside torch.autocast
     for name, t in (("q", q), ("k", k), ("v", v)):
         tensor(name, t)
@@ -42,10 +43,11 @@ def attention_inputs(q, k, v, mask, is_causal, dropout_p, need_weights, enable_g
         if t.dim() < 2:
             raise ValueError(f"{name} must be at least 2-D (..., length, dim), got shape {tuple(t.shape)}")
     if not q.dtype == k.dtype == v.dtype:
-        raise TypeError(
-            f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}; cast them to one, "
-            "or run under torch.autocast for mixed precision"
-        )
+        active = autocast_dtype(q.device.type)
+        advice = "cast them to one, or run under torch.autocast for mixed precision"
+        if active is not None:  # it cast the others to its dtype; it never casts float64
+            advice = f"torch.autocast casts the others to {active} but never float64: cast those to float32"
+        raise TypeError(f"q, k, v must share a dtype, got {', '.join(map(str, passed))}; {advice}")
     if not q.device == k.device == v.device:
         raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
     if q.size(-1) == 0:
@@ -56,6 +58,7 @@ def attention_inputs(q, k, v, mask, is_causal, dropout_p, need_weights, enable_g
         raise ValueError(f"k and v need the same length S (dim -2), got k {tuple(k.shape)} and v {tuple(v.shape)}")
     flags(is_causal=is_causal, need_weights=need_weights, enable_gqa=enable_gqa)
     batch = _attention_batch(q, k, v, enable_gqa)
+    scale(scale_)
     dropout(dropout_p)
     if mask is None:
         return q, k, v, None
@@ -77,11 +80,10 @@ def _attention_batch(q, k, v, enable_gqa):
         batch_dims = (q.shape[:-3], k.shape[:-3])
     else:
         batch_dims = (q.shape[:-2], k.shape[:-2], v.shape[:-2])
-    try:
-        batch = broadcast_shapes(*batch_dims)
-    except RuntimeError:
+    batch = broadcast(*batch_dims)
+    if batch is None:
         raise ValueError(
             f"leading dims of q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} do not broadcast"
             + ("" if enable_gqa else " (for fewer K/V heads than query heads pass enable_gqa=True)")
-        ) from None
+        )
     return (*batch, q.size(-3)) if enable_gqa else tuple(batch)

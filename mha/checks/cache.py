@@ -6,7 +6,7 @@ import numbers
 
 import torch
 
-from .values import check_positive, tensor
+from .values import check_positive, sequence, tensor
 
 
 def cache_max_len(max_len) -> None:
@@ -54,7 +54,7 @@ def cache_update(cache, k, v, layer) -> None:
 def cache_beams(cache, beams) -> torch.Tensor:
     """``KVCache.reorder``'s beams as a 1-D int64 index on the cache's device, each in [0, B)."""
     if not isinstance(beams, torch.Tensor):
-        beams = list(beams)
+        beams = sequence("beams", beams, "batch row indices: a list of ints or a 1-D integer tensor")
         if not all(isinstance(i, numbers.Integral) and not isinstance(i, bool) for i in beams):
             raise TypeError(f"beams must be batch row indices (ints), got {beams}")
         beams = torch.tensor(beams, dtype=torch.long)

@@ -8,7 +8,7 @@ import torch
 
 from ..precision import HALF, autocast_casts
 from .masks import fits, keep_mask
-from .values import check_positive, divisors, dropout, flags, tensor
+from .values import check_positive, divisors, dropout, flags, sequence, tensor
 
 
 def layer_sizes(d_model, h, n_kv_heads, d_k, p) -> None:
@@ -24,8 +24,9 @@ def layer_sizes(d_model, h, n_kv_heads, d_k, p) -> None:
     dropout(p)
 
 
-def layer_inputs(layer, x, context=None, causal=True, mask=None, need_weights=True, cache=None):
-    """``MultiHeadAttention.forward``'s inputs, checked: the mask as a bool keep-mask on x's device, or None.
+def layer_inputs(layer, x, context=None, causal=None, mask=None, need_weights=True, cache=None):
+    """``MultiHeadAttention.forward``'s inputs, checked: (the mask as a bool keep-mask on x's device, or None;
+    whether the attention is causal, None meaning "for self-attention").
 
     Checks everything before the call changes anything (the cache, say): x and context
     (shape, dtype, device), the flags, the cache's type, dropout when it is used, and the mask
@@ -40,14 +41,23 @@ def layer_inputs(layer, x, context=None, causal=True, mask=None, need_weights=Tr
                 f"context batch {context.size(0)} differs from x batch {x.size(0)}: "
                 f"x {tuple(x.shape)}, context {tuple(context.shape)}"
             )
-    if type(causal) is not bool or type(need_weights) is not bool:
-        flags(causal=causal, need_weights=need_weights)
+    if causal is None:
+        causal = context is None  # causal self-attention; cross-attention has no order between x and context
+    elif type(causal) is not bool:
+        flags(causal=causal)
+    elif causal and context is not None:
+        raise ValueError(
+            "causal=True with a context: x and context are different sequences, so no key comes 'after' a query; "
+            "leave causal out (or pass False) for cross-attention, and pass a mask to restrict it"
+        )
+    if type(need_weights) is not bool:
+        flags(need_weights=need_weights)
     if cache is not None and (context is not None or not hasattr(cache, "reset")):
         _layer_cache(context, cache)  # raises
     if layer.training:
         dropout(layer.dropout)  # checked when the layer was made, but an attribute can be changed since
     if mask is None:
-        return None
+        return None, causal
     B, T, S = x.size(0), x.size(1), (x if context is None else context).size(1)
     if cache is not None:
         S += len(cache)  # the new queries attend to the cached keys too
@@ -60,7 +70,7 @@ def layer_inputs(layer, x, context=None, causal=True, mask=None, need_weights=Tr
         if tuple(mask.shape) == (B, T, S):
             raise ValueError(f"{err}; a per-sample (B, T, S) mask goes in as mask[:, None]") from None
         raise
-    return keep_mask(mask, device=x.device)
+    return keep_mask(mask, device=x.device), causal
 
 
 def _layer_input(layer, name, t):
@@ -103,12 +113,7 @@ def chosen_heads(layer, heads, layer_type) -> tuple[list[int], list[int]]:
     """``MultiHeadAttention.from_heads``'s heads: (query heads, the K/V heads they use), checked to make a layer."""
     if not isinstance(layer, layer_type):
         raise TypeError(f"from_heads needs an mha.MultiHeadAttention, got {type(layer).__name__}")
-    h_ids = []
-    for i in heads:
-        try:
-            h_ids.append(operator.index(i))  # ints and 0-dim integer tensors; not floats
-        except TypeError:
-            raise TypeError(f"head indices must be ints, got {i!r}") from None
+    h_ids = [_head_index(i) for i in sequence("heads", heads, "a range or sequence of query-head indices")]
     if not h_ids:
         raise ValueError("from_heads needs at least one head")
     if len(set(h_ids)) < len(h_ids) or not all(0 <= i < layer.h for i in h_ids):
@@ -126,15 +131,36 @@ def chosen_heads(layer, heads, layer_type) -> tuple[list[int], list[int]]:
     return h_ids, kv_ids
 
 
-def checkpoint_heads(layer, saved: dict) -> None:
-    """Raise unless the head counts a state_dict recorded (if any: mha 0.2 recorded none) are the layer's."""
-    mine = {"h": layer.h, "n_kv_heads": layer.n_kv_heads, "d_k": layer.d_k}
-    theirs = {name: saved[name] for name in mine if name in saved}
-    if any(theirs[name] != mine[name] for name in theirs):
-        show = ", ".join(f"{name}={n}" for name, n in theirs.items())
+def _head_index(i) -> int:
+    """An int head index (a 0-dim integer tensor counts); not a float, nor a bool (True would be head 1)."""
+    if not isinstance(i, bool):
+        try:
+            return operator.index(i)
+        except TypeError:
+            pass
+    raise TypeError(f"head indices must be ints, got {i!r}")
+
+
+def checkpoint_heads(layer, saved) -> None:
+    """Raise unless a state_dict's ``head_config`` (None: not saved, as by mha 0.2) holds the layer's head counts.
+
+    It may come back in another dtype (``{k: v.half() for k, v in sd.items()}``): the layer's counts are
+    compared after the same conversion.
+    """
+    if saved is None:
+        return
+    names, mine = ("h", "n_kv_heads", "d_k"), [layer.h, layer.n_kv_heads, layer.d_k]
+    if not isinstance(saved, torch.Tensor) or saved.shape != (3,):
+        shown = tuple(saved.shape) if isinstance(saved, torch.Tensor) else type(saved).__name__
+        raise ValueError(f"the state_dict's head_config must be a tensor [h, n_kv_heads, d_k], got {shown}")
+    if saved.is_meta:  # no values to compare (and no weights to copy)
+        return
+    saved = saved.detach().cpu()
+    if not torch.equal(torch.tensor(mine).to(saved.dtype), saved):
+        theirs = ", ".join(f"{name}={n:g}" for name, n in zip(names, saved.tolist()))
         raise ValueError(
-            f"this state_dict is from a layer with {show}, but this layer has "
-            f"{', '.join(f'{name}={mine[name]}' for name in theirs)}: the weights would load (their shapes can "
+            f"this state_dict is from a layer with {theirs}, but this layer has "
+            f"{', '.join(f'{name}={n}' for name, n in zip(names, mine))}: the weights would load (their shapes can "
             "match) and compute something else; make the layer with the checkpoint's sizes"
         )
 

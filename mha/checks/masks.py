@@ -6,7 +6,7 @@ import numbers
 
 import torch
 
-from .values import broadcast_shapes, check_int, tensor
+from .values import broadcast, check_int, sequence, tensor
 
 _CONVENTION = "mha masks are keep-masks: True or 1 = this query may attend to this key, False or 0 = blocked"
 
@@ -41,11 +41,8 @@ def keep_mask(mask, device=None) -> torch.Tensor:
 
 def fits(mask: torch.Tensor, target: tuple, names: str = "") -> None:
     """Raise ValueError unless ``mask`` broadcasts to ``target`` without growing it."""
-    try:
-        ok = tuple(broadcast_shapes(mask.shape, target)) == tuple(target)
-    except RuntimeError:
-        ok = False
-    if not ok:
+    shape = broadcast(mask.shape, target)  # None if they do not broadcast (no try: it runs under compile too)
+    if shape is None or tuple(shape) != tuple(target):
         where = f" {names}" if names else ""
         raise ValueError(f"mask of shape {tuple(mask.shape)} does not broadcast to{where} {tuple(target)}")
 
@@ -60,9 +57,10 @@ def causal_lengths(T, S) -> None:
 def padding_lengths(lengths, S) -> tuple[list[int], int]:
     """``mha.padding_mask``'s lengths as a list of ints, checked against S (default: the longest)."""
     if not isinstance(lengths, torch.Tensor):
+        lengths = sequence("lengths", lengths, "a list of ints or a 1-D integer tensor, one length per sequence")
         if not all(isinstance(n, numbers.Integral) and not isinstance(n, bool) for n in lengths):
-            raise TypeError(f"lengths must be integers, got {list(lengths)}")
-        lengths = torch.tensor(list(lengths), dtype=torch.long)
+            raise TypeError(f"lengths must be integers, got {lengths}")
+        lengths = torch.tensor(lengths, dtype=torch.long)
     if lengths.dtype.is_floating_point or lengths.dtype.is_complex or lengths.dtype == torch.bool:
         raise TypeError(f"lengths must be integers, got {lengths.dtype}")
     if lengths.dim() != 1:
@@ -84,12 +82,17 @@ def torch_attn_mask(mask, shape) -> torch.Tensor:
             "to become nn.MultiheadAttention's (B*h, T, S) attn_mask"
         )
     if shape is not None:
+        if isinstance(shape, torch.Tensor) or len(sequence("shape", shape, "(B, h, T, S)")) != 4:
+            raise ValueError(f"shape must be (B, h, T, S), four sizes, got {shape!r}")
+        check_int(**{f"shape's {name}": n for name, n in zip(("B", "h", "T", "S"), shape)})
         fits(keep, tuple(shape))
     return keep
 
 
 def additive_mask(mask, dtype) -> torch.Tensor:
     """``mha.to_additive_mask``'s mask as a bool keep-mask; ``dtype`` must be floating."""
+    if not isinstance(dtype, torch.dtype):
+        raise TypeError(f"dtype must be a torch.dtype such as torch.float32, got {type(dtype).__name__} {dtype!r}")
     if not dtype.is_floating_point:
         raise TypeError(f"an additive mask must be floating, got dtype={dtype}")
     return keep_mask(mask)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import itertools
+import math
 import numbers
+from collections.abc import Iterable
 
 import torch
 
@@ -43,25 +45,61 @@ def divisors(n: int, limit: int = 64) -> list[int]:
 
 
 def broadcast_shapes(*shapes) -> torch.Size:
-    """``torch.broadcast_shapes(*shapes)``, cheap when every size is a plain int.
-
-    ``torch.broadcast_shapes`` reasons about symbolic sizes even in eager mode, which costs
-    about 20 us a call on a CPU: more than one decoding step of a small model. Plain int
-    sizes need only the rule (aligned from the right, sizes equal or 1).
+    """``torch.broadcast_shapes(*shapes)``, cheap when every size is a plain int, and checkable under compile.
 
     Raises:
         RuntimeError: the shapes do not broadcast (as ``torch.broadcast_shapes``).
     """
-    symbolic = torch.compiler.is_compiling() or torch.jit.is_tracing()  # (dynamo shows SymInts as ints)
-    if symbolic or not all(type(n) is int for shape in shapes for n in shape):
-        return torch.broadcast_shapes(*shapes)
+    result = broadcast(*shapes)
+    if result is None:
+        raise RuntimeError(f"shapes {[tuple(shape) for shape in shapes]} do not broadcast")
+    return result
+
+
+def broadcast(*shapes) -> torch.Size | None:
+    """The shape that ``shapes`` broadcast to, or None when they do not.
+
+    The rule in plain Python on the sizes (aligned from the right, sizes equal or 1): for plain ints it is
+    cheap (``torch.broadcast_shapes`` reasons about symbolic sizes even in eager mode, about 20 us a call on a
+    CPU: more than one decoding step of a small model), and under ``torch.compile`` dynamo guards on its
+    comparisons as on any ``if`` on sizes, so shapes that do not broadcast reach the checks' own ValueError
+    (``torch.broadcast_shapes`` fails there inside fake tensors, with dynamo's error). Sizes that are symbolic
+    outside dynamo (``torch.export``'s, say) or traced go to ``torch.broadcast_shapes``, which decides them
+    without guarding.
+    """
+    dynamo = torch.compiler.is_dynamo_compiling()
+    if torch.jit.is_tracing() or not (dynamo or all(type(n) is int for shape in shapes for n in shape)):
+        try:
+            return torch.broadcast_shapes(*shapes)
+        except RuntimeError:
+            return None
     result = []
-    for sizes in itertools.zip_longest(*(reversed(shape) for shape in shapes), fillvalue=1):
-        not_one = set(sizes) - {1}
-        if len(not_one) > 1:
-            raise RuntimeError(f"shapes {[tuple(shape) for shape in shapes]} do not broadcast")
-        result.append(not_one.pop() if not_one else 1)
+    for sizes in itertools.zip_longest(*(reversed(tuple(shape)) for shape in shapes), fillvalue=1):
+        size = 1
+        for n in sizes:
+            if n != 1:
+                if size != 1 and n != size:
+                    return None
+                size = n
+        result.append(size)
     return torch.Size(reversed(result))
+
+
+def sequence(name: str, values, what: str) -> list:
+    """``values`` as a list, when it is an iterable other than a string; else a TypeError naming it and ``what``."""
+    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+        raise TypeError(f"{name} must be {what}, got {type(values).__name__} {values!r}")
+    return list(values)
+
+
+def scale(s) -> None:
+    """Raise unless ``s`` is None or a finite real number (not a bool): the factor on attention's scores."""
+    if s is None or isinstance(s, (torch.SymFloat, torch.SymInt)):
+        return
+    if isinstance(s, bool) or not isinstance(s, numbers.Real):
+        raise TypeError(f"scale must be a number (default None: 1 / sqrt(d_k)), got {type(s).__name__} {s!r}")
+    if not math.isfinite(s):
+        raise ValueError(f"scale must be finite, got {s}: every score would be inf or NaN")
 
 
 def dropout(p) -> None:

@@ -109,7 +109,7 @@ def agree_on_call(group, device, error: BaseException | None, fields: dict[str, 
         )
 
 
-_FLAGS = {0: "False", 1: "True", 2: "not a bool"}  # how the shard encodes causal and need_weights
+_FLAGS = {0: "False", 1: "True", 2: "not a bool", 3: "None"}  # how the shard encodes causal and need_weights
 
 
 def _difference(name, rows, ranks, start, stop):

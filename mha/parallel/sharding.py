@@ -116,7 +116,7 @@ class ShardedMultiHeadAttention(nn.Module):
         x: torch.Tensor,
         context: torch.Tensor | None = None,
         *,
-        causal: bool = True,
+        causal: bool | None = None,
         mask: torch.Tensor | None = None,
         need_weights: bool = True,
         cache: KVCache | None = None,
@@ -177,7 +177,7 @@ class ShardedMultiHeadAttention(nn.Module):
         return y, w
 
     def _fingerprints(self, x, context, mask, causal, need_weights, cache) -> dict[str, list[int]]:
-        flag = lambda b: 1 if b is True else 0 if b is False else 2  # noqa: E731 -- anything else: the layer says
+        flag = lambda b: 1 if b is True else 0 if b is False else 3 if b is None else 2  # noqa: E731 -- 2: the layer says
         return {
             "x": fingerprint(x), "context": fingerprint(context), "mask": fingerprint(mask),
             "causal": [flag(causal)], "need_weights": [flag(need_weights)],

@@ -33,6 +33,7 @@ from importlib import resources
 
 import torch
 
+from .labels import not_one_string
 from .payload import layers_data
 
 #: Head colours: Okabe and Ito's colour-blind-safe palette without black (it vanishes in dark themes).
@@ -133,20 +134,21 @@ class HeadView:
         """Write the view to ``path``: ``.html`` (a standalone interactive page), ``.svg`` or ``.png``.
 
         Raises:
-            ValueError: the suffix is none of those three.
+            ValueError: the suffix is none of those three (in any case: ``.PNG`` is a PNG).
         """
         path = str(path)
-        if path.endswith(".html"):
+        suffix = path.rsplit(".", 1)[-1].lower() if "." in path else ""
+        if suffix == "html":
             page = (
                 '<!DOCTYPE html>\n<html lang="en">\n<head><meta charset="utf-8"><title>head view</title></head>\n'
                 f"<body>\n{self.to_html()}</body>\n</html>\n"
             )
             with open(path, "w", encoding="utf-8") as f:
                 f.write(page)
-        elif path.endswith(".svg"):
+        elif suffix == "svg":
             with open(path, "w", encoding="utf-8") as f:
                 f.write(self.to_svg())
-        elif path.endswith(".png"):
+        elif suffix == "png":
             with open(path, "wb") as f:
                 f.write(self.to_png())
         else:
@@ -262,8 +264,7 @@ def _as_layers(weights) -> list[torch.Tensor]:
 
 
 def _labels(labels, n: int, name: str, what: str) -> list[str]:
-    if isinstance(labels, str):
-        raise TypeError(f"{name} must be a list of strings, got one string {labels[:30]!r}: use .split()?")
+    not_one_string(labels, name)
     try:
         labels = list(labels)
     except TypeError:

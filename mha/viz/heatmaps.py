@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from ._optional import pyplot
+from .labels import not_one_string
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -71,9 +72,10 @@ def plot_heads(
         heatmaps on the colour scale 0 to vmax.
 
     Raises:
-        ValueError: weights is not 3-D or 4-D, batch_index is out of range,
-            ncols is not positive, vmax is not a positive finite number, or
-            the labels don't match h, T or S.
+        TypeError: tokens, key_tokens or head_names is a single string.
+        ValueError: weights is not 3-D or 4-D or holds NaN (names where),
+            batch_index is out of range, ncols is not positive, vmax is not
+            a positive finite number, or the labels don't match h, T or S.
         ModuleNotFoundError: matplotlib is not installed (names the extra).
     """
     w = _as_numpy(weights)
@@ -84,6 +86,11 @@ def plot_heads(
     if w.ndim != 3 or w.shape[0] == 0:
         raise ValueError(f"weights must be (h, T, S) or (B, h, T, S) with h >= 1, got shape {tuple(weights.shape)}")
     h, T, S = w.shape
+    nan = torch.from_numpy(w).isnan().nonzero()  # (n, 3): head, query, key of each NaN
+    if len(nan):
+        head, query, key = nan[0].tolist()
+        raise ValueError(f"weights contain NaN ({len(nan)} of {w.size}), the first at head {head}, query {query}, "
+                         f"key {key}: a NaN weight would be drawn as an empty cell")
     if key_tokens is None and tokens is not None and T == S:
         key_tokens = tokens
     _check_labels(tokens, T, "tokens", "T")
@@ -180,6 +187,7 @@ def _as_numpy(t: torch.Tensor):
 
 
 def _check_labels(labels, n, name, dim):
+    not_one_string(labels, name)
     if labels is not None and len(labels) != n:
         raise ValueError(f"{name} has {len(labels)} labels but {dim} = {n}")
 

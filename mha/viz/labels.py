@@ -29,3 +29,9 @@ def display_label(token: str, limit: int) -> str:
     ``limit`` characters, the last one "…" when it is cut."""
     label = _INVISIBLE.sub(_visible, token)
     return label if len(label) <= limit else label[: limit - 1] + "\u2026"
+
+
+def not_one_string(labels, name: str) -> None:
+    """Raise TypeError when ``labels`` is a single string: it would pass as one label per character."""
+    if isinstance(labels, str):
+        raise TypeError(f"{name} must be a list of strings, got one string {labels[:30]!r}: use .split()?")
