@@ -198,7 +198,7 @@ def api_rst(topic: str) -> str:
         elif callable(obj):
             lines.append(f".. autofunction:: {dotted}")
         else:  # data: its `#:` comment, from the module that defines it (autodoc would show type(obj)'s docstring)
-            lines += [f".. py:data:: {dotted}", "", f"   {data_doc(module, name)}"]
+            lines += [f".. py:data:: {name}", f"   :module: {module}", "", f"   {data_doc(module, name)}"]
         lines.append("")
     return "```{eval-rst}\n" + "\n".join(lines) + "```"
 
