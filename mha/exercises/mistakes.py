@@ -24,6 +24,8 @@ MISTAKES = {
     "W_O": "no output projection W_O",
     "concat": "heads summed or averaged instead of concatenated",
     "causal": "causal=True ignored, so a token sees the future",
+    "float mask": "a 0/1 mask added to the scores, which blocks nothing (the article's torch.tril(torch.ones(T, T)) "
+    "used as PyTorch uses a float mask)",
 }
 
 #: Which dim a softmax over the weights (B, h, T, S) normalises, by its index from the front.
@@ -82,6 +84,10 @@ EXPLAIN = {
     "scores (-inf) before the softmax instead.",
     "mask filled with 0": "blocked scores are set to 0, and exp(0) is not 0, so blocked keys still get weight. Fill "
     "them with float('-inf').",
+    "float mask added": "you add the {mask} to the scores (float mask). Added to the scores, a 0/1 mask blocks "
+    "nothing: it raises the allowed keys' scores by 1, and every blocked key keeps its weight (the float-mask trap of "
+    "notebook 02, §5, and notebook 04). Block the keys where the mask is False instead: "
+    "scores.masked_fill(~mask, float('-inf')), with a bool mask.",
     "weights transposed": "weights have shape {got}, keys by queries. One row per query: scores = "
     "q @ k.transpose(-2, -1), shape {want}.",
     "pair swapped": "you return (weights, out); return them the other way round, (out, weights).",
@@ -124,9 +130,9 @@ EXPLAIN = {
     "torch mask inverted": "the mask is inverted: nn.MultiheadAttention reads a bool attn_mask as True = blocked, "
     "the opposite of a keep-mask, so passing the keep-mask as it is blocks exactly the keys that should be attended "
     "to (and a causal one leaves the last query nothing: NaN). Return ~keep.",
-    "float mask blocks nothing": "your float mask blocks nothing: nn.MultiheadAttention adds a float attn_mask to "
-    "the scores, so finite values such as 0s and 1s only nudge them. Return a bool mask with True = blocked (~keep), "
-    "or a float one with -inf where blocked and 0 elsewhere.",
+    "float mask blocks nothing": "your float mask blocks nothing (float mask): nn.MultiheadAttention adds a float "
+    "attn_mask to the scores, so finite values such as 0s and 1s only nudge them. Return a bool mask with "
+    "True = blocked (~keep), or a float one with -inf where blocked and 0 elsewhere.",
     "zero times inf": "the weights come out NaN. If you built the mask as something times -inf, note that 0 * -inf "
     "is NaN: use torch.zeros(T, S).masked_fill(~keep, float('-inf')), or return ~keep.",
     "mask keys by queries": "the mask has shape {got}, keys by queries; attn_mask is (T, S) = {want}, one row per "
