@@ -6,12 +6,13 @@ layouts or dtypes (marked `# SIZE`, `# LAYOUT`, `# DTYPE`). Most of them run
 without an error and return tensors of the right shape. ``ZOO`` lists, per
 checker, each member, the word (a key of ``mha.exercises.MISTAKES``, or None for
 a mistake that is explained but not named) and words its message must contain.
-The layers are in tests/bug_zoo_layers.py.
+The layers are in tests/bug_zoo_layers.py, notebook 05's scores in tests/bug_zoo_scores.py.
 """
 
 import math
 
 import bug_zoo_layers as layers
+import bug_zoo_scores as scores
 import torch
 import torch.nn.functional as F
 
@@ -340,6 +341,15 @@ ZOO = {
         (layers.AveragedWeights, None, "not their average"),
         (layers.AlwaysCausal, None, "causal=False) still applies the causal mask"),
         (layers.ForgetsTheBatch, None, "so that layers stack"),
+    ],
+    "check_induction_score": [
+        (scores.score_on_the_occurrence, None, "the earlier occurrence p itself"),
+        (scores.score_counts_itself, None, "every query matches its own position"),
+        (scores.score_mean_of_means, None, "then over the sequences"),
+        (scores.score_over_every_query, None, "divide by the number of all queries"),
+        (scores.score_per_sequence, None, "a tensor of shape (4,), not one number"),
+        (scores.score_per_query_first, None, "a mean is taken over nothing"),
+        (scores.score_of_the_transposed_weights, None, "Recheck which queries count"),
     ],
     "check_torch_attn_mask": [
         (torch_mask_passed_through, "inverted", "reads a bool attn_mask as True = blocked"),

@@ -20,6 +20,7 @@ from mha.exercises import (
     MISTAKES,
     CheckResult,
     check_attention,
+    check_induction_score,
     check_merge_heads,
     check_multi_head_attention,
     check_split_heads,
@@ -27,7 +28,8 @@ from mha.exercises import (
 )
 from mha.exercises.mistakes import EXPLAIN
 
-CHECKERS = [check_split_heads, check_merge_heads, check_attention, check_multi_head_attention, check_torch_attn_mask]
+CHECKERS = [check_split_heads, check_merge_heads, check_attention, check_multi_head_attention, check_torch_attn_mask,
+            check_induction_score]
 
 
 # --- right answers, written in different styles ----------------------------------------------------
@@ -170,6 +172,26 @@ class ChunkedQKVWithBuffer(ArticleMultiHeadAttention):
         return self.out(y.transpose(1, 2).flatten(2)), w
 
 
+def induction_score_by_masks(w, tokens):
+    """Notebook 05's exercise the vectorised way: a (B, T, T) table of same letters, strictly before, moved right."""
+    T = tokens.size(1)
+    earlier = (tokens[:, :, None] == tokens[:, None, :]) & torch.ones(T, T, dtype=torch.bool).tril(diagonal=-1)
+    after = torch.zeros_like(earlier)
+    after[..., 1:] = earlier[..., :-1]
+    return w[after].mean()
+
+
+def induction_score_by_loops(w, tokens):
+    """The same score with Python loops and a plain float."""
+    total, count = 0.0, 0
+    for b, row in enumerate(tokens.tolist()):
+        for t, letter in enumerate(row):
+            if letter in row[:t]:
+                total += float(w[b, t, row.index(letter) + 1])
+                count += 1
+    return total / count
+
+
 RIGHT = {
     check_split_heads: [
         mha.split_heads,
@@ -210,6 +232,11 @@ RIGHT = {
         lambda keep: torch.where(keep, 0.0, float("-inf")),
         lambda keep: keep == 0,
         lambda keep: (~keep).float() * -1e9,  # a large negative instead of -inf, and no 0 * inf
+    ],
+    check_induction_score: [
+        induction_score_by_masks,
+        induction_score_by_loops,
+        lambda w, tokens: induction_score_by_masks(w, tokens).reshape(1),  # a one-element tensor is one number
     ],
 }
 

@@ -142,6 +142,23 @@ EXPLAIN = {
     "float mask dtype": "A float attn_mask must have the dtype of the module's inputs (float32 here), and yours is "
     "{dtype}: build it without a dtype (float32 is the default) or with the inputs' dtype, or return a bool mask "
     "(~keep), which fits every dtype",
+    # notebook 05's induction score
+    "score not one number": "your induction_score returns {got}, not one number. The score is one mean over every "
+    "(sequence, query) pair whose letter occurred before: return it as a 0-dim tensor or a Python number (.item()).",
+    "score nan": "your score is NaN: somewhere a mean is taken over nothing (0/0), for instance over a query whose "
+    "letter did not occur before. Average once, over all the matched (sequence, query) pairs together.",
+    "score on the occurrence": "you take the weight on the earlier occurrence p itself. The induction head looks one "
+    "key further, at p + 1, the letter that came after it (the prediction): shift the matches one key to the right.",
+    "score counts itself": "every query matches its own position, so each also counts the weight on the key after "
+    "itself (0 under the causal mask). Compare a query only with the keys before it, p < t "
+    "(torch.tril(..., diagonal=-1)).",
+    "score mean of means": "you average within each sequence, then over the sequences, so a short repeat counts as "
+    "much as a long one. Average once, over all the matched (sequence, query) pairs together.",
+    "score every query": "you divide by the number of all queries, so the queries whose letter never occurred "
+    "before count as 0. Average only over the queries whose letter occurred earlier.",
+    "score wrong": "your score is {yours}; on this probe it is {right}. Recheck which queries count (those whose "
+    "letter occurred earlier), which key each one reads (the one after the earlier occurrence) and what the mean "
+    "is over (all those pairs together).",
 }
 
 
