@@ -1,6 +1,6 @@
 """Notebook 03's experiments, over 5 seeds and up to 3,000 steps: too slow for a notebook, so they run here.
 
-    python experiments/heads_sweep.py                                  # 8 to 9 minutes on 2 shared cores
+    python experiments/heads_sweep.py                                  # about 6 minutes on 2 quiet cores, 18 on busy
     python experiments/heads_sweep.py --smoke --json /tmp/smoke.json   # seconds: proves that it runs
     python experiments/heads_sweep.py --only nouns --json /tmp/n.json  # some groups only
 

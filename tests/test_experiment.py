@@ -1,10 +1,10 @@
 """Notebook 03's sweep (experiments/heads_sweep.py) and the results that ship with the package.
 
 Notebook 03 asserts its 5-seed results, up to 15,000 steps, on ``mha/data/heads_sweep.json``. So that nothing it
-asserts goes unrecomputed, ``test_the_sweep_reproduces_the_shipped_results`` reruns the whole sweep (about 9 minutes
-on 2 idle cores, 18 on 2 busy ones) and compares every number with the shipped file. It is slow: it runs only with
-``--experiment``, in one CI step. The smoke test proves in seconds that the script runs and writes what the notebook
-reads.
+asserts goes unrecomputed, ``test_the_sweep_reproduces_the_shipped_results`` reruns the whole sweep (about 6 minutes
+on 2 quiet cores, estimated from one group; 18 measured on 2 cores at load 5) and compares every number with the
+shipped file. It is slow: it runs only with ``--experiment``, in one CI step. The smoke test proves in seconds that
+the script runs and writes what the notebook reads.
 
 How close is close enough? On the machine that recorded the file, a rerun is identical, number for number. Another
 CPU rounds differently (other vector kernels, other summation orders), and a small difference early in training
