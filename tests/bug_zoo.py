@@ -6,12 +6,13 @@ layouts or dtypes (marked `# SIZE`, `# LAYOUT`, `# DTYPE`). Most of them run
 without an error and return tensors of the right shape. ``ZOO`` lists, per
 checker, each member, the word (a key of ``mha.exercises.MISTAKES``, or None for
 a mistake that is explained but not named) and words its message must contain.
-The layers are in tests/bug_zoo_layers.py.
+The layers are in tests/bug_zoo_layers.py, notebook 05's scores in tests/bug_zoo_scores.py.
 """
 
 import math
 
 import bug_zoo_layers as layers
+import bug_zoo_scores as scores
 import torch
 import torch.nn.functional as F
 
@@ -221,6 +222,14 @@ def attention_mask_filled_with_zero(q, k, v, mask=None):
     return weights @ v, weights
 
 
+def attention_float_mask_added(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    if mask is not None:
+        scores = scores + mask.to(q.dtype)  # BUG: adds 0s and 1s to the scores, which blocks nothing
+    weights = F.softmax(scores, dim=-1)
+    return weights @ v, weights
+
+
 def attention_returns_weights_first(q, k, v, mask=None):
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
     if mask is not None:
@@ -245,7 +254,7 @@ def torch_mask_passed_through(keep):
 
 
 def torch_mask_as_float(keep):
-    return keep.float()  # BUG (not in the table): a float attn_mask is added to the scores, blocking nothing
+    return keep.float()  # BUG: a float attn_mask is added to the scores, blocking nothing
 
 
 def torch_mask_times_inf(keep):
@@ -302,6 +311,7 @@ ZOO = {
         (attention_mask_ignored, None, "the mask changes nothing"),
         (attention_mask_after_softmax, None, "after the softmax"),
         (attention_mask_filled_with_zero, None, "exp(0) is not 0"),
+        (attention_float_mask_added, "float mask", "a 0/1 mask blocks nothing"),
         (attention_returns_weights_first, None, "you return (weights, out)"),
         (attention_weights_keys_by_queries, None, "keys by queries"),
     ],
@@ -320,6 +330,7 @@ ZOO = {
         (layers.HeadsSummed, "concat", "summed or averaged before it"),
         (layers.HeadsSummedAndRepeated, "concat", "you sum the heads"),
         (layers.CausalIgnored, "causal", "attends to later tokens"),
+        (layers.CausalMaskAdded, "float mask", "torch.tril(torch.ones(T, T)), to the scores"),
         (layers.QKVReadHeadByHead, None, "reads qkv's output head by head"),
         (layers.OutWeightAsStored, None, "call self.out(x) instead of x @ self.out.weight"),
         (layers.MaskBufferOfFixedSize, None, "something in it has a fixed size"),
@@ -331,9 +342,18 @@ ZOO = {
         (layers.AlwaysCausal, None, "causal=False) still applies the causal mask"),
         (layers.ForgetsTheBatch, None, "so that layers stack"),
     ],
+    "check_induction_score": [
+        (scores.score_on_the_occurrence, None, "the earlier occurrence p itself"),
+        (scores.score_counts_itself, None, "every query matches its own position"),
+        (scores.score_mean_of_means, None, "then over the sequences"),
+        (scores.score_over_every_query, None, "divide by the number of all queries"),
+        (scores.score_per_sequence, None, "a tensor of shape (4,), not one number"),
+        (scores.score_per_query_first, None, "a mean is taken over nothing"),
+        (scores.score_of_the_transposed_weights, None, "Recheck which queries count"),
+    ],
     "check_torch_attn_mask": [
         (torch_mask_passed_through, "inverted", "reads a bool attn_mask as True = blocked"),
-        (torch_mask_as_float, None, "blocks nothing"),
+        (torch_mask_as_float, "float mask", "blocks nothing"),
         (torch_mask_times_inf, None, "0 * -inf is NaN"),
         (torch_mask_keys_by_queries, None, "keys by queries"),
         (torch_mask_float64, None, "yours is torch.float64"),

@@ -195,6 +195,19 @@ class CausalIgnored(_Layers):
         return self.out(y), w
 
 
+class CausalMaskAdded(_Layers):
+    def forward(self, x, causal=True):
+        B, T, D = x.shape
+        q, k, v = self.qkv(x).split(D, dim=-1)
+        q, k, v = (t.view(B, T, self.h, self.d_k).transpose(1, 2) for t in (q, k, v))
+        scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_k)
+        if causal:
+            scores = scores + torch.tril(torch.ones(T, T))  # BUG: the article's float mask, added: blocks nothing
+        w = scores.softmax(dim=-1)
+        y = (w @ v).transpose(1, 2).reshape(B, T, D)
+        return self.out(y), w
+
+
 class HeadsSummed(nn.Module):
     def __init__(self, d_model, h):
         super().__init__()

@@ -151,6 +151,23 @@ MUTANTS = [
         ),
     ),
     Mutant(
+        "float-mask-explicit", "float mask", "the explicit path adds the keep-mask's 0s and 1s to the scores",
+        (("mha/attention.py", "scores += to_additive_mask(keep, scores.dtype)", "scores += keep.to(scores.dtype)"),),
+                (
+            "tests/test_cases.py::test_C2_float_01_mask_blocks_and_additive_mask_raises",
+            "tests/test_exercises.py::test_right_code_passes[check_attention-library_attention]",
+        ),
+    ),
+    Mutant(
+        "float-mask-fused", "float mask", "the fused path hands PyTorch the keep-mask as 0s and 1s, which it adds",
+        (("mha/attention.py", "q, k, v, attn_mask=keep,",
+          "q, k, v, attn_mask=None if keep is None else keep.to(q.dtype),"),),
+                (
+            "tests/test_cases.py::test_C2_float_01_mask_blocks_and_additive_mask_raises",
+            "tests/test_cases.py::test_C3_bool_mask_agrees_with_pytorch_sdpa",
+        ),
+    ),
+    Mutant(
         "causal-layer", "causal", "MultiHeadAttention ignores causal=True",
         (("mha/multihead.py", "is_causal=causal,", "is_causal=False,"),),
                 (

@@ -5,6 +5,7 @@ code that is right only at a notebook's own sizes, layout or dtype, and right la
 """
 
 import math
+import re
 import string
 
 import pytest
@@ -19,6 +20,7 @@ from mha.exercises import (
     MISTAKES,
     CheckResult,
     check_attention,
+    check_induction_score,
     check_merge_heads,
     check_multi_head_attention,
     check_split_heads,
@@ -26,7 +28,8 @@ from mha.exercises import (
 )
 from mha.exercises.mistakes import EXPLAIN
 
-CHECKERS = [check_split_heads, check_merge_heads, check_attention, check_multi_head_attention, check_torch_attn_mask]
+CHECKERS = [check_split_heads, check_merge_heads, check_attention, check_multi_head_attention, check_torch_attn_mask,
+            check_induction_score]
 
 
 # --- right answers, written in different styles ----------------------------------------------------
@@ -83,6 +86,15 @@ def fused_with_separate_weights(q, k, v, mask=None):
     return out, scores.softmax(-1)
 
 
+def float32_scale_attention(q, k, v, mask=None):
+    """The scale as a float32 tensor, whatever q's dtype: right to float32 precision on the float64 probe."""
+    scores = q @ k.transpose(-2, -1) / torch.sqrt(torch.tensor(q.size(-1)))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    return weights @ v, weights
+
+
 def flattened_batch_attention(q, k, v, mask=None):
     """bmm over every leading dim flattened into one: works for any number of them."""
     lead, (T, d_k), S = q.shape[:-2], q.shape[-2:], k.size(-2)
@@ -136,6 +148,16 @@ class PermuteAndFusedKernel(nn.Module):
         return self.out(y.permute(0, 2, 1, 3).flatten(2)), w
 
 
+class Float32ScaleLayer(ArticleMultiHeadAttention):
+    """The article's layer with Part 5's attention scaled by a float32 tensor, in the float64 probe too."""
+
+    def forward(self, x, causal=True):
+        B, T, D = x.shape
+        q, k, v = (t.view(B, T, self.h, self.d_k).transpose(1, 2) for t in self.qkv(x).split(D, dim=-1))
+        y, w = float32_scale_attention(q, k, v, torch.ones(T, T, dtype=torch.bool).tril() if causal else None)
+        return self.out(y.transpose(1, 2).reshape(B, T, D)), w
+
+
 class ChunkedQKVWithBuffer(ArticleMultiHeadAttention):
     """chunk(3) instead of split, and a causal mask buffer large enough for any probe, sliced to T."""
 
@@ -148,6 +170,26 @@ class ChunkedQKVWithBuffer(ArticleMultiHeadAttention):
         q, k, v = (t.unflatten(-1, (self.h, -1)).transpose(1, 2) for t in self.qkv(x).chunk(3, dim=-1))
         y, w = part5_attention(q, k, v, self.tril[:T, :T] if causal else None)
         return self.out(y.transpose(1, 2).flatten(2)), w
+
+
+def induction_score_by_masks(w, tokens):
+    """Notebook 05's exercise the vectorised way: a (B, T, T) table of same letters, strictly before, moved right."""
+    T = tokens.size(1)
+    earlier = (tokens[:, :, None] == tokens[:, None, :]) & torch.ones(T, T, dtype=torch.bool).tril(diagonal=-1)
+    after = torch.zeros_like(earlier)
+    after[..., 1:] = earlier[..., :-1]
+    return w[after].mean()
+
+
+def induction_score_by_loops(w, tokens):
+    """The same score with Python loops and a plain float."""
+    total, count = 0.0, 0
+    for b, row in enumerate(tokens.tolist()):
+        for t, letter in enumerate(row):
+            if letter in row[:t]:
+                total += float(w[b, t, row.index(letter) + 1])
+                count += 1
+    return total / count
 
 
 RIGHT = {
@@ -170,6 +212,7 @@ RIGHT = {
         part5_attention,
         einsum_attention,
         fused_with_separate_weights,
+        float32_scale_attention,
         flattened_batch_attention,
         lambda q, k, v, mask=None: part5_attention(q, k, v, None if mask is None else mask != 0),
     ],
@@ -179,6 +222,7 @@ RIGHT = {
         LoopOverHeads,
         PermuteAndFusedKernel,
         ChunkedQKVWithBuffer,
+        Float32ScaleLayer,
     ],
     check_torch_attn_mask: [
         mha.to_torch_attn_mask,
@@ -188,6 +232,11 @@ RIGHT = {
         lambda keep: torch.where(keep, 0.0, float("-inf")),
         lambda keep: keep == 0,
         lambda keep: (~keep).float() * -1e9,  # a large negative instead of -inf, and no 0 * inf
+    ],
+    check_induction_score: [
+        induction_score_by_masks,
+        induction_score_by_loops,
+        lambda w, tokens: induction_score_by_masks(w, tokens).reshape(1),  # a one-element tensor is one number
     ],
 }
 
@@ -239,6 +288,15 @@ def test_unrecognised_mistakes_give_the_probe_and_the_largest_difference():
     assert "(2, 3, 5, 4)" in result.message and "largest difference is 0.5" in result.message
     result = check_split_heads(lambda x, h: x[:, None, :, : x.size(-1) // h])
     assert "shape (2, 1, 5, 4)" in result.message and "(2, 3, 5, 4)" in result.message
+
+
+def test_a_difference_below_three_digits_is_shown_with_the_digits_that_differ():
+    # A float64 answer off by 4e-9 once read "(yours 0.842, right 0.842)": the two numbers must read differently.
+    result = check_attention(lambda q, k, v, mask=None: tuple(t + 1e-5 * (q.dtype == torch.float64)
+                                                              for t in part5_attention(q, k, v, mask)))
+    assert not result and "float64" in result.message and "largest difference is 1e-05" in result.message
+    yours, right = re.search(r"yours (\S+), right (\S+)\)", result.message).groups()
+    assert yours != right and abs(float(yours) - float(right) - 1e-5) < 1e-9, result.message
 
 
 def test_k_T_fails_on_the_batched_probes_and_says_why():

@@ -31,6 +31,7 @@ this key".
 | ``check_attention(fn)`` | ``fn(q, k, v, mask=None) -> (out, weights)`` |
 | ``check_multi_head_attention(cls)`` | ``cls(d_model, h)``: ``qkv``, ``out``, ``forward(x, causal=True) -> (y, w)`` |
 | ``check_torch_attn_mask(fn)`` | ``fn(keep)``: a (T, S) keep-mask -> ``nn.MultiheadAttention``'s ``attn_mask`` |
+| ``check_induction_score(fn)`` | ``fn(w, tokens)``: one head's (B, T, T) weights -> notebook 05's induction score |
 | ``check_answer(answer, expected, name=...)`` | a number (or a dict of them) against the notebook's own measure |
 
 A wrong number is told whether it is too high or too low and roughly by how
@@ -41,6 +42,7 @@ from ._core import CheckResult
 from .answers import check_answer
 from .attention import check_attention
 from .heads import check_merge_heads, check_split_heads
+from .induction import check_induction_score
 from .masks import check_torch_attn_mask
 from .mistakes import MISTAKES
 from .multihead import check_multi_head_attention
@@ -50,6 +52,7 @@ __all__ = [
     "CheckResult",
     "check_answer",
     "check_attention",
+    "check_induction_score",
     "check_merge_heads",
     "check_multi_head_attention",
     "check_split_heads",

@@ -32,15 +32,18 @@ _BATCHED = (
 )
 
 
-def attend(q, k, v, keep=None, *, scale=None, dim=-1, fill=-math.inf, after=False):
+def attend(q, k, v, keep=None, *, scale=None, dim=-1, fill=-math.inf, after=False, added=False):
     """softmax(q kᵀ · scale) v in float64, with knobs that reproduce known mistakes.
 
     Returns (out, weights). ``keep`` is a keep-mask; ``fill`` is what blocked
-    scores become; ``after`` applies the mask to the weights instead.
+    scores become; ``after`` applies the mask to the weights instead; ``added``
+    adds the mask's 0s and 1s to the scores (the float-mask trap).
     """
     q, k, v = q.double(), k.double(), v.double()
     scores = q @ k.transpose(-2, -1) * (1 / math.sqrt(q.size(-1)) if scale is None else scale)
-    if keep is not None and not after:
+    if keep is not None and added:
+        scores = scores + keep.double()
+    elif keep is not None and not after:
         scores = scores.masked_fill(~keep, fill)
     weights = torch.softmax(scores, dim=dim)
     if keep is not None and after:
@@ -110,7 +113,8 @@ def check_attention(fn) -> str:
 
     Names the mistakes "scale" (anything but 1/√d_k, including a d_k written
     into the code), "softmax" (over the wrong dim), "inverted" (True read as
-    blocked) and "value" (K where V belongs); also recognises a mask that is
+    blocked), "float mask" (the 0/1 mask added to the scores, which blocks
+    nothing) and "value" (K where V belongs); also recognises a mask that is
     ignored, applied after the softmax, or filled with 0 instead of -inf, a
     fill value that overflows float16, dims counted from the front, and a
     result cast to another dtype.
@@ -154,6 +158,8 @@ def _check_weights(weights, right, q, k, v, keep, probe):
     if keep is not None:
         if matches(weights, attend(q, k, v, ~keep)[1]):
             raise Mistake(say("inverted"), "inverted", probe=probe)
+        if matches(weights, attend(q, k, v, keep, added=True)[1]):
+            raise Mistake(say("float mask added", mask="0/1 keep-mask"), "float mask", probe=probe)
         for key, variant in (("mask ignored", {"keep": None}), ("mask after softmax", {"after": True}),
                              ("mask filled with 0", {"fill": 0.0})):
             if matches(weights, attend(q, k, v, **{"keep": keep, **variant})[1]):

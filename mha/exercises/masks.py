@@ -48,10 +48,10 @@ def check_torch_attn_mask(fn) -> str:
     with the returned mask and compares y and the per-head weights with the
     right ones, for an irregular (4, 6) mask and a causal (5, 5) one.
 
-    Names the mistake "inverted" for a keep-mask passed through as it is; also
-    recognises a 0/1 float mask (added to the scores, it blocks nothing), a
-    (S, T) mask, a float mask of another dtype than the module's, and a mask
-    changed in place.
+    Names the mistakes "inverted" for a keep-mask passed through as it is and
+    "float mask" for a mask of finite floats such as 0s and 1s (added to the
+    scores, it blocks nothing); also recognises a (S, T) mask, a float mask of
+    another dtype than the module's, and a mask changed in place.
 
     Returns:
         A :class:`CheckResult`; a stub that raises NotImplementedError gives
@@ -80,7 +80,7 @@ def check_torch_attn_mask(fn) -> str:
         if matches(w, _attend(m, keep, x, context)[1]):
             raise Mistake(say("torch mask inverted"), "inverted", probe=probe)
         if attn_mask.is_floating_point() and bool(torch.isfinite(attn_mask).all()):
-            raise Mistake(say("float mask blocks nothing"), probe=probe)
+            raise Mistake(say("float mask blocks nothing"), "float mask", probe=probe)
         if w.isnan().any() and not right_w.isnan().any():
             raise Mistake(say("zero times inf"), probe=probe)
         raise Mistake(difference(w, right_w, "the per-head weights"), probe=probe)

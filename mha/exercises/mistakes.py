@@ -24,6 +24,8 @@ MISTAKES = {
     "W_O": "no output projection W_O",
     "concat": "heads summed or averaged instead of concatenated",
     "causal": "causal=True ignored, so a token sees the future",
+    "float mask": "a 0/1 mask added to the scores, which blocks nothing (the article's torch.tril(torch.ones(T, T)) "
+    "used as PyTorch uses a float mask)",
 }
 
 #: Which dim a softmax over the weights (B, h, T, S) normalises, by its index from the front.
@@ -82,6 +84,10 @@ EXPLAIN = {
     "scores (-inf) before the softmax instead.",
     "mask filled with 0": "blocked scores are set to 0, and exp(0) is not 0, so blocked keys still get weight. Fill "
     "them with float('-inf').",
+    "float mask added": "you add the {mask} to the scores (float mask). Added to the scores, a 0/1 mask blocks "
+    "nothing: it raises the allowed keys' scores by 1, and every blocked key keeps its weight (the float-mask trap of "
+    "notebook 02, §5, and notebook 04). Block the keys where the mask is False instead: "
+    "scores.masked_fill(~mask, float('-inf')), with a bool mask.",
     "weights transposed": "weights have shape {got}, keys by queries. One row per query: scores = "
     "q @ k.transpose(-2, -1), shape {want}.",
     "pair swapped": "you return (weights, out); return them the other way round, (out, weights).",
@@ -124,9 +130,9 @@ EXPLAIN = {
     "torch mask inverted": "the mask is inverted: nn.MultiheadAttention reads a bool attn_mask as True = blocked, "
     "the opposite of a keep-mask, so passing the keep-mask as it is blocks exactly the keys that should be attended "
     "to (and a causal one leaves the last query nothing: NaN). Return ~keep.",
-    "float mask blocks nothing": "your float mask blocks nothing: nn.MultiheadAttention adds a float attn_mask to "
-    "the scores, so finite values such as 0s and 1s only nudge them. Return a bool mask with True = blocked (~keep), "
-    "or a float one with -inf where blocked and 0 elsewhere.",
+    "float mask blocks nothing": "your float mask blocks nothing (float mask): nn.MultiheadAttention adds a float "
+    "attn_mask to the scores, so finite values such as 0s and 1s only nudge them. Return a bool mask with "
+    "True = blocked (~keep), or a float one with -inf where blocked and 0 elsewhere.",
     "zero times inf": "the weights come out NaN. If you built the mask as something times -inf, note that 0 * -inf "
     "is NaN: use torch.zeros(T, S).masked_fill(~keep, float('-inf')), or return ~keep.",
     "mask keys by queries": "the mask has shape {got}, keys by queries; attn_mask is (T, S) = {want}, one row per "
@@ -136,6 +142,23 @@ EXPLAIN = {
     "float mask dtype": "A float attn_mask must have the dtype of the module's inputs (float32 here), and yours is "
     "{dtype}: build it without a dtype (float32 is the default) or with the inputs' dtype, or return a bool mask "
     "(~keep), which fits every dtype",
+    # notebook 05's induction score
+    "score not one number": "your induction_score returns {got}, not one number. The score is one mean over every "
+    "(sequence, query) pair whose letter occurred before: return it as a 0-dim tensor or a Python number (.item()).",
+    "score nan": "your score is NaN: somewhere a mean is taken over nothing (0/0), for instance over a query whose "
+    "letter did not occur before. Average once, over all the matched (sequence, query) pairs together.",
+    "score on the occurrence": "you take the weight on the earlier occurrence p itself. The induction head looks one "
+    "key further, at p + 1, the letter that came after it (the prediction): shift the matches one key to the right.",
+    "score counts itself": "every query matches its own position, so each also counts the weight on the key after "
+    "itself (0 under the causal mask). Compare a query only with the keys before it, p < t "
+    "(torch.tril(..., diagonal=-1)).",
+    "score mean of means": "you average within each sequence, then over the sequences, so a short repeat counts as "
+    "much as a long one. Average once, over all the matched (sequence, query) pairs together.",
+    "score every query": "you divide by the number of all queries, so the queries whose letter never occurred "
+    "before count as 0. Average only over the queries whose letter occurred earlier.",
+    "score wrong": "your score is {yours}; on this probe it is {right}. Recheck which queries count (those whose "
+    "letter occurred earlier), which key each one reads (the one after the earlier occurrence) and what the mean "
+    "is over (all those pairs together).",
 }
 
 

@@ -55,8 +55,10 @@ def reference(x, W, b, W_O, b_O, h, *, causal=True, split="transpose", scale=Non
                    for t in qkv.split(D, dim=-1))
     scores = q @ k.transpose(-2, -1) * (1 / math.sqrt(d_k) if scale is None else scale)  # (B, h, T, T)
     tril = torch.ones(T, T, dtype=torch.bool).tril()
-    keep = {"keep": tril, "inverted": ~tril, "inverted-diagonal": tril.T}[mask] if causal else None
-    if keep is not None:
+    keep = {"keep": tril, "inverted": ~tril, "inverted-diagonal": tril.T, "added": tril}[mask] if causal else None
+    if mask == "added" and keep is not None:  # the float-mask trap: the 0/1 mask added to the scores
+        scores = scores + keep.double()
+    elif keep is not None:
         scores = scores.masked_fill(~keep, -math.inf)
     w = torch.softmax(scores, dim=dim)
     out = w @ (v if values == "v" else k)  # (B, h, T, d_k)
@@ -83,7 +85,8 @@ def check_multi_head_attention(cls) -> str:
     causal=True, causal=False and the default. y and w must keep x's dtype.
 
     Names the mistakes "transpose", "scale", "softmax", "inverted", "value",
-    "slice", "W_O", "concat" and "causal" (see ``mha.exercises.MISTAKES``);
+    "slice", "W_O", "concat", "causal" and "float mask" (see
+    ``mha.exercises.MISTAKES``);
     also explains another layout of qkv's rows (head by head) or of W_O (used
     as stored), separate q/k/v layers, averaged or squeezed weights, a size
     fixed in ``__init__`` and a result cast to float32.
@@ -218,6 +221,9 @@ def _diagnose_weights(w, right_w, params, h, d_k, probe, m):
         raise Mistake(say("causal"), "causal", probe=probe)
     if any(matches(w, reference(*params, h, mask=mask)[1]) for mask in ("inverted", "inverted-diagonal")):
         raise Mistake(say("inverted causal"), "inverted", probe=probe)
+    if matches(w, reference(*params, h, mask="added")[1]):
+        raise Mistake(say("float mask added", mask="causal 0/1 mask, torch.tril(torch.ones(T, T)),"), "float mask",
+                      probe=probe)
     if matches(w, reference(*params, h, split="reshape")[1]):
         raise Mistake(say("split without transpose", sizes=""), "transpose", probe=probe)
     if matches(w, reference(*params, h, split="interleaved")[1]):
