@@ -56,7 +56,7 @@ def broadcast_shapes(*shapes) -> torch.Size:
     return result
 
 
-def broadcast(*shapes) -> torch.Size | None:
+def broadcast(*shapes) -> tuple[int, ...] | None:
     """The shape that ``shapes`` broadcast to, or None when they do not.
 
     The rule in plain Python on the sizes (aligned from the right, sizes equal or 1): for plain ints it is
@@ -82,7 +82,8 @@ def broadcast(*shapes) -> torch.Size | None:
                     return None
                 size = n
         result.append(size)
-    return torch.Size(reversed(result))
+    # A plain tuple under dynamo: torch 2.6's dynamo cannot build a torch.Size from a list.
+    return tuple(reversed(result)) if dynamo else torch.Size(reversed(result))
 
 
 def sequence(name: str, values, what: str) -> list:
