@@ -7,6 +7,7 @@ one, which spawns fresh interpreters (seconds), the default for functions that l
 
 import copy
 import multiprocessing
+import os
 import time
 
 import pytest
@@ -357,3 +358,20 @@ def test_spawn_starts_fresh_interpreters_by_default():
 def test_spawn_refuses_functions_it_cannot_import():
     with pytest.raises(ValueError, match="move it into a module or use 'fork'"):
         run_on_ranks(lambda: 0, start_method="spawn")
+
+
+def _threads_of_the_parent():
+    return set(os.listdir(f"/proc/{os.getppid()}/task"))  # thread ids
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts threads through Linux's /proc")
+def test_run_on_ranks_starts_no_thread_in_the_parent():
+    # A thread running in the parent while a rank is forked can hold a libc lock the rank then waits on forever:
+    # a TCPStore served from the parent did, one run in about 200 inside a Jupyter kernel (glibc's resolver lock,
+    # taken to name a connecting rank). The ranks now meet through a file, so the parent starts no thread.
+    import torch._dynamo  # noqa: F401 -- what run_on_ranks imports before forking, imported before listing
+    import torch.distributed.tensor  # noqa: F401
+
+    before = set(os.listdir("/proc/self/task"))
+    for during in run_on_ranks(_threads_of_the_parent, start_method="fork"):
+        assert during <= before, f"threads started in the parent: {sorted(during - before)}"

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import datetime
+import os
 import pickle
+import tempfile
 import time
 import traceback
 from collections.abc import Callable
@@ -48,8 +50,11 @@ def run_on_ranks(
             torch on one thread (OpenMP is not fork-safe) and must not use
             CUDA if this process already did.
 
-    The rendezvous store listens on a free port the operating system picks,
-    in this process, so concurrent runs never collide.
+    The ranks meet through a ``torch.distributed.FileStore`` in a new
+    temporary folder, so concurrent runs never collide. It is a file, not a
+    TCPStore served from this process: a server thread here could hold a
+    libc lock (the resolver's, while it names a connecting rank) at the
+    moment the next rank is forked, and that rank would wait on it forever.
 
     Raises:
         The exception a rank raised (its type and message), with the rank's
@@ -79,25 +84,24 @@ def run_on_ranks(
         # so the forked ranks inherit it instead of each importing it again.
         import torch._dynamo  # noqa: F401
         import torch.distributed.tensor  # noqa: F401
-    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
-                          timeout=datetime.timedelta(seconds=timeout))
     ctx = torch_mp.get_context(start_method)
     reports, report = ctx.Pipe(duplex=False)  # every rank sends one report; this process reads them
     lock = ctx.Lock()
-    procs = torch_mp.start_processes(
-        _rank_main, args=(world_size, backend, store.port, timeout, start_method, (report, lock), fn, args),
-        nprocs=world_size, join=False, start_method=start_method,
-    )
-    try:
-        return _collect(procs.processes, reports, world_size, time.monotonic() + timeout, timeout)
-    finally:
-        for p in procs.processes:
-            if p.is_alive():
-                p.kill()
-            p.join()
-        reports.close()
-        report.close()
-        del store  # stops the rendezvous server
+    with tempfile.TemporaryDirectory(prefix="mha-ranks-") as folder:
+        store = os.path.join(folder, "store")  # the rendezvous file; no thread in this process serves it
+        procs = torch_mp.start_processes(
+            _rank_main, args=(world_size, backend, store, timeout, start_method, (report, lock), fn, args),
+            nprocs=world_size, join=False, start_method=start_method,
+        )
+        try:
+            return _collect(procs.processes, reports, world_size, time.monotonic() + timeout, timeout)
+        finally:
+            for p in procs.processes:
+                if p.is_alive():
+                    p.kill()
+                p.join()
+            reports.close()
+            report.close()
 
 
 # -- internals ---------------------------------------------------------------------------------------------
@@ -114,7 +118,7 @@ def _importable(fn) -> bool:
     return True
 
 
-def _rank_main(rank, world_size, backend, port, timeout, start_method, report, fn, args):
+def _rank_main(rank, world_size, backend, store_path, timeout, start_method, report, fn, args):
     """What every child process runs (the target of torch.multiprocessing.start_processes)."""
     if start_method == "fork":
         torch.set_num_threads(1)  # the parent's OpenMP pool does not survive fork
@@ -122,7 +126,8 @@ def _rank_main(rank, world_size, backend, port, timeout, start_method, report, f
         if backend == "nccl":
             torch.cuda.set_device(rank)
         wait = datetime.timedelta(seconds=timeout)
-        store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=wait)
+        store = dist.FileStore(store_path, world_size)
+        store.set_timeout(wait)
         dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=wait)
         message = (rank, True, pickle.dumps(fn(*args)))
     except BaseException as exc:  # noqa: B036 -- report everything, even KeyboardInterrupt, to the parent
