@@ -8,7 +8,7 @@
 The script is split by job: ``layers.py`` (the layers compared, with one set of weights, and the calls
 timed), ``timing.py`` (interleaved rounds, peak memory), ``report.py`` (targets, the machine, the Markdown).
 
-The JSON ships inside the package (``mha/data/benchmark_results.json``), so notebook 06 can plot
+The JSON ships inside the package (``mha/data/benchmark_results.json``), so notebook 07 can plot
 the recorded run wherever it opens, Colab included, through ``importlib.resources``.
 
 What is compared (d_model 768, h 12, batch B, causal self-attention, float32):
@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--output", type=Path, help="also write the Markdown report to this file")
     p.add_argument("--json", type=Path,
                    help="also write every number to this file (mha/data/benchmark_results.json is the recorded run "
-                   "that notebook 06 plots)")
+                   "that notebook 07 plots)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--only-head-view", action="store_true",
                    help="measure only the head view's display and put it into the run recorded in --json, whose "

@@ -43,7 +43,7 @@ def test_benchmark_smoke_runs_and_prints_every_table(tmp_path):
         assert heading in r.stdout
     assert "reference" in r.stdout and "mha fused" in r.stdout and "torch weights" in r.stdout
 
-    # The recorded run that ships with the package (notebook 06 plots it, in Colab too) is a full
+    # The recorded run that ships with the package (notebook 07 plots it, in Colab too) is a full
     # run with every field the script writes today.
     smoke = json.loads((tmp_path / "r.json").read_text())
     recorded = json.loads(importlib.resources.files("mha").joinpath("data/benchmark_results.json").read_text())

@@ -60,7 +60,7 @@ every rank as soon as one raises).
 Modules: :mod:`mha.parallel.sharding` (the shard), :mod:`mha.parallel.agree`
 (the checks across ranks), :mod:`mha.parallel.launch` (:func:`run_on_ranks`,
 which starts N local processes joined by one process group -- gloo on CPU --
-and is how the tests and notebook 07 run this package).
+and is how the tests and notebook 08 run this package).
 
 Needs torch >= 2.4 (``torch.distributed.tensor``).
 """

@@ -1,4 +1,4 @@
-"""Run a function on N local processes joined by one process group (how the tests and notebook 07 run mha.parallel)."""
+"""Run a function on N local processes joined by one process group (how the tests and notebook 08 run mha.parallel)."""
 
 from __future__ import annotations
 
