@@ -63,7 +63,8 @@ html_theme_options = {
     "repository_branch": "main",
     "path_to_docs": "",  # pages of notebooks/NAME.ipynb launch notebooks/NAME.ipynb in the repository
     "use_repository_button": True,
-    "launch_buttons": {"colab_url": "https://colab.research.google.com"},
+    # No launch button: each notebook's own "Open in Colab" badge, under its title, is the page's one way into Colab
+    # (docs/_ext/course.py turns the notebooks' other Colab links into links to the site's pages).
     "home_page_in_toc": True,
     "show_navbar_depth": 1,
     "secondary_sidebar_items": {"*": ["page-toc.html"], "notebooks/**": []},
