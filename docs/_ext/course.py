@@ -3,7 +3,7 @@
 - Copies notebooks/*.ipynb and notebooks/solutions/*.ipynb into docs/notebooks/ (git-ignored), so each
   becomes a page; the Colab badge's image becomes a local copy, so pages load nothing from the internet.
   The notebooks link each other with Colab URLs (they work in Colab and in Jupyter); in the copies, every such
-  link but the page's own badge becomes a link to the site's page, so a reader of the site stays on the site.
+  link but the page's own badge becomes a link to the site's page (docs/_ext/onsite.py).
   Copies of notebooks that no longer exist are removed.
 - Fills placeholders in the Markdown pages:
   ``<!-- mha:cards -->``             the notebooks in order as cards: number, title, the README's one-liner,
@@ -21,8 +21,6 @@
                                      the same without building);
   ``[[repo]]``                       the repository URL, pyproject's [project.urls] Homepage;
   ``[[version]]``                    mha.__version__, the release the notebooks install.
-- Makes every figure of a notebook's outputs a link to itself at full size, so that on a phone, where a figure of
-  three panels is shrunk to a third, a tap shows it whole, to zoom into.
 - Writes the head view demo (docs/head_view_demo.py) to docs/_generated/.
 - Removes the theme's source maps (``*.map``) from the built site: only what a reader needs is published.
 
@@ -36,7 +34,6 @@ import importlib
 import importlib.util
 import inspect
 import json
-import posixpath
 import re
 from pathlib import Path
 
@@ -45,6 +42,7 @@ try:
 except ImportError:  # Python < 3.11
     import tomli as tomllib
 
+import onsite
 from sphinx.application import Sphinx
 from sphinx.errors import ConfigError
 
@@ -79,28 +77,12 @@ def colab_prefix() -> str:
     return "https://colab.research.google.com/github/" + repo_url().removeprefix("https://github.com/") + "/blob/main/"
 
 
-def site_links(docname: str, text: str, docnames) -> str:
-    """A markdown cell's links to notebooks in Colab, as links to their pages on the site (relative to ``docname``,
-    a fragment kept), for the notebooks that are pages (``docnames``). A link whose text is an image (the badge,
-    ``[![Open In Colab](...)](...)``) stays: it is the page's one way into Colab."""
-    pattern = re.compile(r"(\[[^\[\]]*\])\(" + re.escape(colab_prefix()) + r"([^)#\s]+)\.ipynb(#[^)\s]*)?\)")
-
-    def local(m: re.Match) -> str:
-        target = m.group(2)
-        if target not in docnames:  # not a page of this build (a notebook still to come): Colab it stays
-            return m.group(0)
-        relative = posixpath.relpath(target, posixpath.dirname(docname))
-        return f"{m.group(1)}({relative}.ipynb{m.group(3) or ''})"
-
-    return pattern.sub(local, text)
-
-
 def notebook_copy(docname: str, src: Path, docnames) -> bytes:
     nb = json.loads(src.read_text(encoding="utf-8").replace(BADGE_URL, LOCAL_BADGE))
     for cell in nb["cells"]:
         if cell["cell_type"] == "markdown":
             text = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
-            cell["source"] = site_links(docname, text, docnames)
+            cell["source"] = onsite.site_links(docname, text, docnames, colab_prefix())
     return (json.dumps(nb, indent=1, ensure_ascii=False) + "\n").encode("utf-8")
 
 
@@ -366,43 +348,6 @@ def fill_placeholders(app: Sphinx, docname: str, source: list[str]) -> None:
     source[0] = text
 
 
-WIDE_FIGURE = 480  # px: a figure at least this wide is shrunk on a phone (a 390 px screen leaves about 358 for it)
-
-
-def png_width(path: Path) -> int | None:
-    head = path.read_bytes()[:24] if path.is_file() else b""
-    return int.from_bytes(head[16:20], "big") if head.startswith(b"\x89PNG\r\n\x1a\n") else None
-
-
-def enlargeable_figures(app: Sphinx, doctree, docname: str) -> None:
-    """Each image in a cell's output becomes a link to the image file (what Sphinx does for images given a smaller
-    size); one wide enough to be shrunk on a phone also gets the class mha-wide, which course.css labels there."""
-    if app.builder.format != "html" or not docname.startswith("notebooks/"):
-        return
-    from docutils import nodes
-    from sphinx.util.osutil import relative_uri
-
-    images = relative_uri(app.builder.get_target_uri(docname), "_images")
-    for image in list(doctree.findall(nodes.image)):
-        uri = image["uri"]
-        in_output = any("cell_output" in n.get("classes", []) for n in _ancestors(image))
-        if not in_output or isinstance(image.parent, nodes.reference) or uri not in app.env.images:
-            continue
-        width = png_width(Path(app.srcdir) / uri)
-        link = nodes.reference("", "", refuri=posixpath.join(images, app.env.images[uri][1]),
-                               reftitle="The figure at full size", classes=["mha-enlarge"])
-        if width and width >= WIDE_FIGURE:
-            link["classes"].append("mha-wide")
-        image.replace_self(link)
-        link.append(image)
-
-
-def _ancestors(node):
-    while node.parent is not None:
-        node = node.parent
-        yield node
-
-
 def remove_source_maps(app: Sphinx, exception) -> None:
     """The theme ships its CSS and JavaScript with source maps: a developer's tool, not the reader's. (And
     Sphinx makes _sources/ even when html_copy_source leaves it empty.)"""
@@ -438,7 +383,6 @@ def setup(app: Sphinx):
     app.connect("builder-inited", sync_notebooks)
     app.connect("builder-inited", write_head_view_demo)
     app.connect("source-read", fill_placeholders)
-    app.connect("doctree-resolved", enlargeable_figures)
     app.connect("env-get-outdated", always_reread)
     app.connect("build-finished", remove_source_maps)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
