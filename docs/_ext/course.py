@@ -176,8 +176,9 @@ def cards_html(prefix: str) -> str:
     for group, cards in parts:
         numbers = [n for n, _ in cards if n]
         if group:
+            join = " and " if len(numbers) == 2 else " to "
             span = "" if not numbers else f"notebook {numbers[0]}" if len(numbers) == 1 else \
-                f"notebooks {numbers[0]} to {numbers[-1]}"
+                f"notebooks {numbers[0]}{join}{numbers[-1]}"
             out.append(f"\n### {group}" + (f" ({span})" if span else ""))
         out.append('\n<div class="mha-cards">\n' + "\n".join(c for _, c in cards) + "\n</div>\n")
     return "\n".join(out)
