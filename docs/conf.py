@@ -5,6 +5,7 @@ Build (from the repository root):
 docs/_build/html is then exactly what gets published (the doctrees live beside it, not in it).
 The notebooks are rendered with the outputs they were committed with (nbval checks those); nothing is
 executed. docs/_ext/course.py finds the notebooks and fills in the generated parts of the pages;
+docs/_ext/onsite.py keeps the notebooks' links on the site and makes their figures open at full size;
 docs/_ext/sitecheck.py checks every link and image of the result.
 """
 
@@ -30,7 +31,7 @@ import mha  # noqa: E402 (after sys.path points at the repository)
 
 release = version = mha.__version__  # the one place the version lives (pyproject reads it too)
 
-extensions = ["myst_nb", "sphinx.ext.autodoc", "sphinx.ext.napoleon", "course", "mathml", "sitecheck"]
+extensions = ["myst_nb", "sphinx.ext.autodoc", "sphinx.ext.napoleon", "course", "onsite", "mathml", "sitecheck"]
 exclude_patterns = ["_build", "_generated", "**.ipynb_checkpoints", "head_view_demo.py"]
 
 # Notebooks: show the committed outputs, never re-execute.
@@ -63,7 +64,8 @@ html_theme_options = {
     "repository_branch": "main",
     "path_to_docs": "",  # pages of notebooks/NAME.ipynb launch notebooks/NAME.ipynb in the repository
     "use_repository_button": True,
-    "launch_buttons": {"colab_url": "https://colab.research.google.com"},
+    # No launch button: each notebook's own "Open in Colab" badge, under its title, is the page's one way into Colab
+    # (docs/_ext/course.py turns the notebooks' other Colab links into links to the site's pages).
     "home_page_in_toc": True,
     "show_navbar_depth": 1,
     "secondary_sidebar_items": {"*": ["page-toc.html"], "notebooks/**": []},

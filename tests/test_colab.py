@@ -7,8 +7,9 @@ Its install cell runs ``pip install mha==<version>``, and pip's only index is a 
 serving the wheel built from this working tree: the cell must install the package by its pinned name, and keep
 the preinstalled torch exactly as it was (version, path, file).
 
-The failure path: the same install cell with no index at all raises one clear error that names the package and
-says what to do, and no cell after it runs.
+The failure paths: the same install cell with an index that has no such release (an empty one: the release is not
+published yet), and with an index it cannot reach (a closed port on 127.0.0.1), each raises one clear error that names
+the package, says which of the two went wrong and what to do, and no cell after it runs.
 
 It takes minutes, so it runs only with ``--colab`` (.ci/run does).
 """
@@ -100,8 +101,14 @@ def colab(request, tmp_path_factory):
     }
     kernels = root / "kernels"
     online = {**env, "PIP_INDEX_URL": index.as_uri()}  # the local index stands in for PyPI
-    offline = {**env, "PIP_NO_INDEX": "1"}  # no index at all: the install must fail
-    for name, kernel_env in (("colab", online), ("colab-offline", offline)):
+    empty = root / "empty-index" / "simple"  # an index without mha: what pip sees before the release is published
+    empty.mkdir(parents=True)
+    (empty / "index.html").write_text("<!DOCTYPE html><html><body></body></html>\n")
+    unpublished = {**env, "PIP_INDEX_URL": empty.as_uri()}
+    # An index pip cannot reach: port 9 of 127.0.0.1, where nothing listens, so every connection is refused at once.
+    # pip retries as in Colab (5 times, by default), quickly here: each retry's warning is what the cell reads.
+    offline = {**env, "PIP_INDEX_URL": "http://127.0.0.1:9/simple/", "PIP_TIMEOUT": "2"}
+    for name, kernel_env in (("colab", online), ("colab-unpublished", unpublished), ("colab-offline", offline)):
         (kernels / name).mkdir(parents=True)
         (kernels / name / "kernel.json").write_text(json.dumps({
             "argv": [str(python), "-m", "ipykernel_launcher", "-f", "{connection_file}"],
@@ -153,11 +160,13 @@ def test_notebook_runs_in_colab_with_only_its_install_cell(path, colab):
     assert torch_identity(colab["python"]) == colab["torch"]  # Colab's torch is untouched
 
 
-def test_a_failed_install_stops_at_the_install_cell_with_one_clear_error(colab):
+def failed_install(colab, kernel):
+    """Run a notebook in ``kernel``, whose pip cannot install mha: the install cell's error, after checking that it is
+    the only error, that it stopped the run, and that nothing was installed or changed."""
     path = NOTEBOOKS[1]  # every notebook has this same install cell (tests/test_notebooks.py)
     nb, folder, outside = fresh_notebook(colab, path)
     with pytest.raises(CellExecutionError) as failed:
-        client(colab, nb, folder, "colab-offline").execute()
+        client(colab, nb, folder, kernel).execute()
 
     code = [c for c in nb.cells if c.cell_type == "code"]
     errors = [(i, o) for i, c in enumerate(code) for o in c.outputs if o.output_type == "error"]
@@ -165,10 +174,26 @@ def test_a_failed_install_stops_at_the_install_cell_with_one_clear_error(colab):
     error = errors[0][1]
     print(f"{error.ename}: {error.evalue}")
     assert error.ename == "RuntimeError" and failed.value.ename == "RuntimeError"
-    # What failed (the pinned package, and pip's own reason) and what to do.
-    assert f"pip could not install {PINNED}, which the cells below need" in error.evalue
-    assert "No matching distribution found for " + PINNED in error.evalue
-    assert "then run this cell again" in error.evalue and "\x1b[" not in error.evalue  # pip's words, uncoloured
+    assert "\x1b[" not in error.evalue  # pip's words, uncoloured
     assert all(c.execution_count is None and not c.outputs for c in code[1:]), "cells after the install cell ran"
     assert subprocess.run([str(colab["python"]), "-c", "import mha"], **outside).returncode != 0
     assert torch_identity(colab["python"]) == colab["torch"]
+    return error.evalue
+
+
+def test_a_release_the_index_does_not_have_is_named_as_such_with_what_to_do_instead(colab):
+    said = failed_install(colab, "colab-unpublished")
+    # What failed (the pinned package, and pip's own reason), which failure it is, and what to do.
+    assert f"pip reached the package index but found no release {PINNED}, which the cells below need" in said
+    assert "not published yet, or the version is wrong" in said
+    assert "(from versions: none)" in said and "No matching distribution found for " + PINNED in said
+    assert "%pip install -q https://github.com/transformer-on-ramp/mha/archive/refs/heads/main.zip" in said
+    assert "internet" not in said and "run this cell again" not in said  # not the other failure's advice
+
+
+def test_an_index_that_cannot_be_reached_is_named_as_such_with_what_to_do(colab):
+    said = failed_install(colab, "colab-offline")
+    assert f"pip could not reach the package index to install {PINNED}, which the cells below need" in said
+    assert "Connection refused" in said  # pip's own reason, quoted
+    assert "Check that this runtime can reach the internet" in said and "then run this cell again" in said
+    assert "not published" not in said and "%pip install" not in said

@@ -42,6 +42,9 @@ CHROMIUM_FLAGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-sync",
     "--disable-background-networking", "--disable-component-update", "--disable-default-apps",
     "--disable-features=Translate,OptimizationHints,MediaRouter", "--window-size=1280,900",
+    # A laptop with a mouse: headless Chromium otherwise says it has no pointer that can hover, as a phone does.
+    # The touch-screen tests below turn touch emulation on, which makes (hover: none) true again.
+    "--blink-settings=primaryHoverType=2,availableHoverTypes=2,primaryPointerType=4,availablePointerTypes=4",
     # Anything that tries to leave 127.0.0.1 fails to resolve; the request is still logged and reported.
     "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
 ]
@@ -345,13 +348,14 @@ GENERATED = ("search.html", "genindex.html", "py-modindex.html")
 READING_JS = """
 const visible = e => { const r = e.getBoundingClientRect(); const s = getComputedStyle(e);
   return r.width > 0 && r.height > 0 && s.visibility !== 'hidden' && s.display !== 'none'; };
-const pres = Array.from(document.querySelectorAll('main pre')).filter(visible);
+const pres = Array.from(document.querySelectorAll('main pre')).filter(visible)
+  .filter(p => !p.closest('div.cell_output'));  // outputs keep their lines (test_pages_fit_the_screen... below)
 const scrolling = pres.filter(p => p.scrollWidth > p.clientWidth + 1)
   .map(p => [p.scrollWidth, p.clientWidth, p.textContent.slice(0, 60)]);
 const search = Array.from(document.querySelectorAll('.search-button-field, input[type=search]')).filter(visible)
   .filter(e => !e.closest('main'));  // the search page's own form is the page, not a box
 const figures = Array.from(document.querySelectorAll('main div.cell_output img')).filter(visible).map(img => {
-  const room = img.parentElement.getBoundingClientRect().width;
+  const room = (img.closest('div.cell_output') || img.parentElement).getBoundingClientRect().width;
   return [img.naturalWidth, Math.round(img.getBoundingClientRect().width), Math.floor(room), img.src.slice(-30)];
 });
 const maths = Array.from(document.querySelectorAll('main div.math')).filter(visible).map(div => {
@@ -378,7 +382,8 @@ def test_page_reads_well_at_1200px(page, browser, server):
         seen = browser.execute_script(READING_JS)
     finally:
         browser.set_window_size(1280, 900)
-    # Code and outputs wrap or fit: none scrolls sideways (before: 33 of 40 blocks on notebook 03's page).
+    # Code wraps or fits: none scrolls sideways (before: 33 of 40 blocks on notebook 03's page). Outputs keep their
+    # lines instead, and may scroll inside their own box: test_pages_fit_the_screen_and_outputs_keep_their_lines.
     assert not seen["scrolling"], f"{len(seen['scrolling'])} of {seen['pres']} code blocks scroll on {page}"
     assert seen["search"] == 1, f"{seen['search']} search boxes on {page}"
     # Figures at their own size, scaled down only when wider than the column they sit in.
@@ -464,3 +469,147 @@ def test_api_reference_covers_every_public_name_grouped_by_topic(site):
         assert names, module
         for name in names:
             assert section_of(f"{module}.{name}").startswith(topic), f"{module}.{name}"
+
+
+# --- a site that works on a phone (issue 26) -------------------------------------------------------------------------
+# At 390 px (a phone, emulated as one: mobile viewport, touch) and at 1280 px (a laptop's browser window).
+
+PHONE, LAPTOP = 390, 1280
+NOTEBOOK_PAGES = [p for p in PAGES if p.startswith("notebooks/")]
+COLAB_URL = "https://colab.research.google.com/"
+
+
+class screen:
+    """The browser as a screen ``width`` px wide, for the pages opened inside the ``with``: a phone below 600 px (a
+    mobile viewport, with touch), else a desktop window."""
+
+    def __init__(self, browser, width, touch=None):
+        self.browser, self.width = browser, width
+        self.touch = width < 600 if touch is None else touch
+
+    def __enter__(self):
+        self.browser.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {
+            "width": self.width, "height": 844 if self.width < 600 else 900, "deviceScaleFactor": 1,
+            "mobile": self.width < 600})
+        self.browser.execute_cdp_cmd("Emulation.setTouchEmulationEnabled", {"enabled": self.touch, "maxTouchPoints": 5})
+        return self
+
+    def __exit__(self, *exc):
+        self.browser.execute_cdp_cmd("Emulation.setTouchEmulationEnabled", {"enabled": False})
+        self.browser.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+
+
+SCREEN_JS = """
+const visible = e => { const r = e.getBoundingClientRect(); const s = getComputedStyle(e);
+  return r.width > 0 && r.height > 0 && s.visibility !== 'hidden' && s.display !== 'none'; };
+const width = document.documentElement.clientWidth;
+const outputs = Array.from(document.querySelectorAll('main div.cell_output pre')).filter(visible).map(p => {
+  const s = getComputedStyle(p);
+  const lines = p.textContent.replace(/\\n+$/, '').split('\\n').length;
+  const range = document.createRange(); range.selectNodeContents(p);
+  const rows = Math.round(range.getBoundingClientRect().height / parseFloat(s.lineHeight));
+  const box = p.getBoundingClientRect();
+  return {lines, rows, whiteSpace: s.whiteSpace, overflowX: s.overflowX, right: Math.ceil(box.right),
+          scrolls: p.scrollWidth > p.clientWidth + 1, text: p.textContent.slice(0, 50)};
+});
+const figures = Array.from(document.querySelectorAll('main div.cell_output img')).filter(visible).map(img => {
+  const link = img.closest('a');
+  return {natural: img.naturalWidth, shown: Math.round(img.getBoundingClientRect().width), src: img.src,
+          link: link ? link.href : null, hint: link ? getComputedStyle(link, '::after').content : 'none',
+          right: Math.ceil(img.getBoundingClientRect().right)};
+});
+const colab = Array.from(document.querySelectorAll('a[href]')).filter(a => a.href.startsWith(arguments[0]))
+  .map(a => ({href: a.href, badge: !!a.querySelector('img[alt="Open In Colab"]'), card: !!a.closest('.mha-card')}));
+return {width, scrollWidth: document.documentElement.scrollWidth, outputs, figures, colab};
+"""
+
+
+def measure(browser, server, page, width):
+    with screen(browser, width):
+        open_page(browser, server + page)
+        browser.execute_async_script(IMAGES_JS)  # every figure decoded, so that its natural width is known
+        return browser.execute_script(SCREEN_JS, COLAB_URL)
+
+
+@pytest.mark.parametrize("width", [PHONE, LAPTOP])
+@pytest.mark.parametrize("page", PAGES)
+def test_pages_fit_the_screen_and_outputs_keep_their_lines(page, width, browser, server):
+    seen = measure(browser, server, page, width)
+    # No page is wider than the screen (before: the API page 497 px at 390, genindex 586, notebooks 05, 07 and 08
+    # 421 to 439). At 390 the phone's viewport is the screen's 390 px; at 1280 the window less its scrollbar.
+    assert seen["scrollWidth"] <= min(seen["width"], width), f"{page} is {seen['scrollWidth']} px wide at {width}"
+    # Output tables keep their columns: every printed line is one line on the screen (before: at 390 px, 158 of the
+    # 171 output blocks had a wrapped line, at 1280 px 58), and a wide one scrolls inside its own box.
+    wrapped = [o for o in seen["outputs"] if o["rows"] > o["lines"]]
+    assert not wrapped, f"{len(wrapped)} of {len(seen['outputs'])} outputs wrap lines on {page} at {width}: {wrapped}"
+    for o in seen["outputs"]:
+        assert o["whiteSpace"] == "pre" and o["overflowX"] in ("auto", "scroll"), o
+        assert o["right"] <= seen["width"], f"an output box wider than the screen on {page} at {width}: {o}"
+    # Figures fit the screen; one shrunk to less than 3/4 of its own width opens at full size on a tap (a link to its
+    # own file), and on the phone a line under a wide one says so.
+    for f in seen["figures"]:
+        assert f["right"] <= seen["width"], f
+        if f["shown"] < 0.75 * f["natural"]:
+            assert f["link"] == f["src"], f"a shrunk figure that does not open at full size on {page}: {f}"
+            if width == PHONE:
+                assert "Tap the figure to see it at full size" in f["hint"], f
+
+
+def test_the_screen_checks_can_fail(browser, server):
+    """course.css undone, on notebook 03's page at 390 px: its outputs wrap and the page is wider than the phone."""
+    with screen(browser, PHONE):
+        open_page(browser, server + "notebooks/03_why_several_heads.html")
+        browser.execute_script(
+            "Array.from(document.styleSheets).filter(s => (s.href || '').includes('course.css'))"
+            ".forEach(s => { s.disabled = true; });")
+        # the theme's own rule for outputs, as before issue 26 (course.css made them wrap)
+        browser.execute_script("document.querySelectorAll('div.cell_output pre').forEach(p => {"
+                               "p.style.whiteSpace = 'pre-wrap'; });")
+        seen = browser.execute_script(SCREEN_JS, COLAB_URL)
+    assert sum(o["rows"] > o["lines"] for o in seen["outputs"]) > 5, seen["outputs"][:3]
+    assert any(f["shown"] < 0.75 * f["natural"] for f in seen["figures"])  # the figures the tap link is for
+
+
+@pytest.mark.parametrize("page", [p for p in PAGES if p not in GENERATED])
+def test_links_stay_on_the_site_and_colab_is_one_badge_per_notebook_page(page, browser, server):
+    seen = measure(browser, server, page, LAPTOP)
+    if page.startswith("notebooks/"):
+        # Before: 4 to 9 links to Colab on a notebook's page (Previous, Next, the 15-minute path, the solutions).
+        notebook = page.removesuffix(".html") + ".ipynb"
+        assert [c["href"] for c in seen["colab"]] == [f"{COLAB_URL}github/transformer-on-ramp/mha/blob/main/{notebook}"]
+        assert seen["colab"][0]["badge"], seen["colab"]
+    else:  # the landing page's cards each have an "Open in Colab"; no other page links to Colab
+        assert all(c["card"] for c in seen["colab"]), seen["colab"]
+        assert bool(seen["colab"]) == (page == "index.html")
+
+
+def test_the_notebooks_links_to_each_other_open_their_pages_on_the_site(browser, server):
+    from selenium.webdriver.common.by import By
+
+    open_page(browser, server + "notebooks/02_multi_head_attention.html")
+    first = browser.find_element(By.CSS_SELECTOR, "main section")  # the title cell: Previous, Next
+    hrefs = [a.get_attribute("href") for a in first.find_elements(By.CSS_SELECTOR, "a[href]")]
+    assert server + "notebooks/01_scaled_dot_product_attention.html" in hrefs
+    assert server + "notebooks/03_why_several_heads.html" in hrefs
+    # Every link of the page that names a notebook, but the badge, is a page of the site, and the page exists.
+    site_hrefs = [a.get_attribute("href") for a in browser.find_elements(By.CSS_SELECTOR, "main a[href]")
+                  if not a.find_elements(By.CSS_SELECTOR, 'img[alt="Open In Colab"]')]
+    to_notebooks = [h for h in site_hrefs if re.search(r"/notebooks/.*\d\d_\w+\.(html|ipynb)", h)]
+    assert to_notebooks and all(h.startswith(server) and ".ipynb" not in h for h in to_notebooks), to_notebooks
+    for href in to_notebooks:
+        assert (SITE / href.removeprefix(server).split("#")[0]).is_file(), href
+
+
+@pytest.mark.parametrize("touch", [False, True], ids=["mouse", "touch"])
+def test_the_head_view_says_tap_on_a_touch_screen_and_hover_with_a_mouse(touch, browser, server):
+    from selenium.webdriver.common.by import By
+
+    with screen(browser, PHONE if touch else LAPTOP, touch=touch):
+        open_page(browser, server + "head_view.html")
+        hover_none = browser.execute_script("return matchMedia('(hover: none)').matches")
+        readout = browser.find_element(By.CSS_SELECTOR, "div.mha-hv .mha-hv-readout").text
+    assert hover_none == touch
+    if touch:
+        assert readout.startswith("Tap a token") and "tap again to release" in readout and "Hover" not in readout
+    else:
+        assert readout.startswith("Hover a token") and "click to pin" in readout

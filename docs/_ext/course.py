@@ -2,6 +2,8 @@
 
 - Copies notebooks/*.ipynb and notebooks/solutions/*.ipynb into docs/notebooks/ (git-ignored), so each
   becomes a page; the Colab badge's image becomes a local copy, so pages load nothing from the internet.
+  The notebooks link each other with Colab URLs (they work in Colab and in Jupyter); in the copies, every such
+  link but the page's own badge becomes a link to the site's page (docs/_ext/onsite.py).
   Copies of notebooks that no longer exist are removed.
 - Fills placeholders in the Markdown pages:
   ``<!-- mha:cards -->``             the notebooks in order as cards: number, title, the README's one-liner,
@@ -11,6 +13,12 @@
   ``<!-- mha:exercises -->``         each notebook's exercises section, and the solutions notebooks;
   ``[[nb:SLUG]]``                    a link to the notebook whose file name contains SLUG, or plain text
                                      if there is none yet (so pages survive a renumbering);
+  ``[[nb:SLUG#WORDS]]``              a link to that notebook's section whose heading contains WORDS (any
+                                     case): "02 §3, *The split, drawn and measured*"; no such section fails
+                                     the build, so a page cannot point at a section that is gone;
+  ``[[test:PATH::NAME]]``            ``NAME`` linked to its line in the repository's PATH; a test that is
+                                     not defined there fails the build (tests/test_article_page.py checks
+                                     the same without building);
   ``[[repo]]``                       the repository URL, pyproject's [project.urls] Homepage;
   ``[[version]]``                    mha.__version__, the release the notebooks install.
 - Writes the head view demo (docs/head_view_demo.py) to docs/_generated/.
@@ -34,6 +42,7 @@ try:
 except ImportError:  # Python < 3.11
     import tomli as tomllib
 
+import onsite
 from sphinx.application import Sphinx
 from sphinx.errors import ConfigError
 
@@ -63,11 +72,24 @@ def _write_if_changed(path: Path, data: bytes) -> None:
         path.write_bytes(data)
 
 
+def colab_prefix() -> str:
+    """What every notebook's Colab URL starts with; the notebook's path in the repository follows."""
+    return "https://colab.research.google.com/github/" + repo_url().removeprefix("https://github.com/") + "/blob/main/"
+
+
+def notebook_copy(docname: str, src: Path, docnames) -> bytes:
+    nb = json.loads(src.read_text(encoding="utf-8").replace(BADGE_URL, LOCAL_BADGE))
+    for cell in nb["cells"]:
+        if cell["cell_type"] == "markdown":
+            text = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+            cell["source"] = onsite.site_links(docname, text, docnames, colab_prefix())
+    return (json.dumps(nb, indent=1, ensure_ascii=False) + "\n").encode("utf-8")
+
+
 def sync_notebooks(app: Sphinx) -> None:
     wanted = sources()
     for docname, src in wanted.items():
-        text = src.read_text(encoding="utf-8").replace(BADGE_URL, LOCAL_BADGE)
-        _write_if_changed(DOCS / f"{docname}.ipynb", text.encode("utf-8"))
+        _write_if_changed(DOCS / f"{docname}.ipynb", notebook_copy(docname, src, wanted))
     if COPIES.exists():
         for stale in COPIES.rglob("*.ipynb"):
             if stale.relative_to(DOCS).with_suffix("").as_posix() not in wanted:
@@ -107,13 +129,19 @@ def headings(path: Path) -> list[str]:
     return re.findall(r"^#{2,3} +(.+?) *$", text, flags=re.M)
 
 
-def readme_line(path: Path) -> str | None:
-    """The README's "what you will see" for this notebook: the table row whose notebook cell links to it."""
+def readme_row(path: Path) -> tuple[str | None, str | None]:
+    """The README's "what you will see" for this notebook (the table row whose notebook cell links to it), and the
+    README's ``###`` heading above that row (its part of the series: the lesson, or going further)."""
+    group = None
     for row in (ROOT / "README.md").read_text(encoding="utf-8").splitlines():
+        if row.startswith("## "):
+            group = None
+        elif row.startswith("### "):
+            group = row[4:].strip()
         cells = [c.strip() for c in row.strip().strip("|").split("|")]
         if row.startswith("|") and len(cells) >= 3 and re.search(rf"notebooks/{re.escape(path.stem)}\.\w+\)", cells[1]):
-            return cells[2]
-    return None
+            return cells[2], group
+    return None, None
 
 
 def label(docname: str, path: Path) -> str:
@@ -123,15 +151,17 @@ def label(docname: str, path: Path) -> str:
 
 
 def cards_html(prefix: str) -> str:
-    """The series as cards (raw HTML: MyST passes it through): each notebook's page and its Colab link."""
+    """The series as cards (raw HTML: MyST passes it through): each notebook's page and its Colab link, in the parts
+    the README's table of notebooks has (``### The lesson: ...``, ``### Going further: ...``), each under its
+    heading with its notebooks' numbers. A notebook the README does not list yet joins the part before it."""
     colab = "https://colab.research.google.com/github/" + repo_url().removeprefix("https://github.com/")
-    cards = []
+    parts: list[tuple[str | None, list[tuple[str, str]]]] = []
     for docname, path in sources().items():
         if docname.startswith("notebooks/solutions/"):
             continue
         number = re.match(r"(\d+)_", path.name)
-        line = readme_line(path)
-        cards.append(
+        line, group = readme_row(path)
+        card = (
             '<div class="mha-card">'
             + (f'<span class="mha-card-number">Notebook {number.group(1)}</span>' if number else "")
             + f'<a class="mha-card-title" href="{prefix}{docname}.html">{html.escape(title(path))}</a>'
@@ -139,7 +169,19 @@ def cards_html(prefix: str) -> str:
             + f'<span class="mha-card-links"><a href="{prefix}{docname}.html">Read</a>'
             + f'<a href="{colab}/blob/main/{path.relative_to(ROOT).as_posix()}">Open in Colab</a></span></div>'
         )
-    return '\n<div class="mha-cards">\n' + "\n".join(cards) + "\n</div>\n"
+        if not parts or (group is not None and group != parts[-1][0]):
+            parts.append((group, []))
+        parts[-1][1].append((number.group(1) if number else "", card))
+    out = []
+    for group, cards in parts:
+        numbers = [n for n, _ in cards if n]
+        if group:
+            join = " and " if len(numbers) == 2 else " to "
+            span = "" if not numbers else f"notebook {numbers[0]}" if len(numbers) == 1 else \
+                f"notebooks {numbers[0]}{join}{numbers[-1]}"
+            out.append(f"\n### {group}" + (f" ({span})" if span else ""))
+        out.append('\n<div class="mha-cards">\n' + "\n".join(c for _, c in cards) + "\n</div>\n")
+    return "\n".join(out)
 
 
 # The API reference, by topic. Names of mha itself are placed here by hand; every public name of mha.plot,
@@ -252,6 +294,41 @@ def notebook_link(slug: str, prefix: str) -> str:
     return f'the notebook on {slug.replace("_", " ")} (coming soon)'
 
 
+def section_link(slug: str, words: str, prefix: str) -> str:
+    """A link to the section of notebook SLUG whose heading contains ``words``, labelled with its number and title."""
+    for docname, path in sources().items():
+        if slug in path.stem and not docname.startswith("notebooks/solutions/"):
+            found = [h for h in headings(path) if words.lower() in h.lower()]
+            if len(found) != 1:
+                raise ConfigError(f"[[nb:{slug}#{words}]]: {path.name} has {len(found)} headings containing "
+                                  f"{words!r} (want 1): {found or headings(path)}")
+            number = re.match(r"(\d+)_", path.name).group(1)
+            section = re.match(r"(\d+)\. +(.*)", found[0])
+            where = f"{number} §{section.group(1)}, *{section.group(2)}*" if section else f"{number}, *{found[0]}*"
+            return f"[{where}]({prefix}{docname}.ipynb#{slug_id(found[0])})"
+    raise ConfigError(f"[[nb:{slug}#{words}]]: no notebook's file name contains {slug!r}")
+
+
+def line_of_def(path: str, name: str) -> int | None:
+    """The line where ``def name`` starts in the repository's file ``path``, or None."""
+    import ast
+
+    file = ROOT / path
+    if not file.is_file():
+        return None
+    for node in ast.walk(ast.parse(file.read_text(encoding="utf-8"))):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
+            return node.lineno
+    return None
+
+
+def named_test_link(path: str, name: str) -> str:
+    line = line_of_def(path, name)
+    if line is None:
+        raise ConfigError(f"[[test:{path}::{name}]]: {path} defines no {name}")
+    return f"[`{name}`]({repo_url()}/blob/main/{path}#L{line})"
+
+
 def repo_url() -> str:
     return tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["urls"]["Homepage"]
 
@@ -264,7 +341,9 @@ def fill_placeholders(app: Sphinx, docname: str, source: list[str]) -> None:
     text = text.replace("<!-- mha:cards -->", cards_html(prefix))
     text = re.sub(r"<!-- mha:api (\w+) -->", lambda m: api_rst(m.group(1)), text)
     text = text.replace("<!-- mha:exercises -->", exercises_markdown(prefix))
+    text = re.sub(r"\[\[nb:(\w+)#([^\]]+)\]\]", lambda m: section_link(m.group(1), m.group(2), prefix), text)
     text = re.sub(r"\[\[nb:(\w+)\]\]", lambda m: notebook_link(m.group(1), prefix), text)
+    text = re.sub(r"\[\[test:([\w/.]+)::(\w+)\]\]", lambda m: named_test_link(m.group(1), m.group(2)), text)
     text = text.replace("[[repo]]", repo_url())
     text = text.replace("[[version]]", version())
     source[0] = text

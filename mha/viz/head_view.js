@@ -315,7 +315,10 @@
   // in <bdi> elements, so that right-to-left text in a token cannot reorder the rest of the sentence.
   function describe(view, sel, shown) {
     if (!sel) {
-      return ["Hover a token to see what each head attends to from it (left) or to it (right); click to pin." +
+      // A touch screen cannot hover: there a tap pins a token (the click handler), and a second tap releases it.
+      var touch = typeof window.matchMedia === "function" && window.matchMedia("(hover: none)").matches;
+      return [(touch ? "Tap a token to see what each head attends to from it (left) or to it (right); tap again to release."
+        : "Hover a token to see what each head attends to from it (left) or to it (right); click to pin.") +
         (view.undrawn ? " (" + view.undrawn + " lines of weight 0.01 or more: too many to draw all at once.)" : "")];
     }
     var q = sel.side === "q";
