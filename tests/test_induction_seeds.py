@@ -144,3 +144,22 @@ def test_seed_7_retrains_to_the_shipped_numbers(h):
 def test_every_seed_retrains_to_the_shipped_numbers(seed):
     for h, n_layers in induction_seeds.MODELS:
         rerun_matches_shipped(seed, h, n_layers)
+
+
+def test_the_notebook_live_seeds_print_what_the_shipped_file_holds():
+    """The live-against-shipped comparison: the rows notebook 05 stored for seeds 0-2, trained in the notebook, are
+    the shipped file's numbers at the notebook's precision."""
+    cells = json.loads(NOTEBOOK.read_text())["cells"]
+    code = ["".join(c["source"]).rstrip() for c in cells]
+    (live,) = [c for c, text in zip(cells, code) if c["cell_type"] == "code" and text.endswith("show_seeds(LIVE)")]
+    printed = "".join("".join(o["text"]) for o in live["outputs"] if o.get("name") == "stdout").splitlines()
+    for seed in range(3):
+        for h in (4, 1):
+            r = SHIPPED_RUNS[seed, h, 2]
+            row = (f"{h}   {seed:>4}  {r['loss']:4.2f}  {r['accuracy']:5.2f}  {r['plateau']:7.1f}  {r['solved']:7d} | "
+                   f"{r['prev']:4.2f}  {r['inside']:9.2f}  {r['induction']:9.2f} {r['n_induction']} |")
+            if h == 4:
+                row += f" {r['layer_1']:7.1f}  {r['layer_2']:7.1f}  {r['prev_cost']:4.2f}  {r['max_l2']:8.2f}"
+            assert row in printed, (seed, h, row)
+        c = SHIPPED_RUNS[seed, 4, 1]
+        assert f"    seed {seed}: eval loss {c['loss']:.2f}, right {c['accuracy']:.2f}" in printed
