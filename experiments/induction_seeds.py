@@ -23,8 +23,9 @@ import sys
 import time
 from pathlib import Path
 
-import induction_task as task
 import torch
+
+import induction_task as task
 
 SEEDS = tuple(range(10))
 MODELS = ((4, 2), (1, 2), (4, 1))  # (h, n_layers): the notebook's model, one head per layer, one layer

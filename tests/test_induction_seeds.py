@@ -23,6 +23,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "experiments"))
 import induction_seeds  # noqa: E402
+
 import induction_task as task  # noqa: E402
 
 NOTEBOOK = ROOT / "notebooks" / "05_heads_specialise.ipynb"
