@@ -176,3 +176,43 @@ def test_chapter_has_one_solutions_notebook_where_every_check_passes(number):
     # Every exercise left to the learner in the chapter is solved and checked, by the same checker.
     pending = Counter(checker for checker, r in checks(exercises_section(path)) if r.startswith("⏳"))
     assert not pending - Counter(checker for checker, _ in solved), f"not solved in {solution.name}: {pending}"
+
+
+# Openings (issue 26): title, badge, what the notebook shows in at most three sentences, and one time line, the same
+# format everywhere, so that the reading minutes (measured by readers) have one place to go. 03 follows on its own.
+OPENED = ["01", "02", "04", "05", "07", "08"]
+TIME_LINE = re.compile(r"^\*\*Time:\*\* about (\d+) minutes to read, exercises not counted; (\d+) s to run on 2 CPU "
+                       r"cores\.$", re.M)
+
+
+@pytest.mark.parametrize("number", OPENED)
+def test_opening_says_in_three_sentences_what_it_shows_then_how_long(number):
+    first = source(cells(chapter(number))[0])
+    assert len(TIME_LINE.findall(first)) == 1, f"{number}: no time line, or more than one, in the first cell"
+    paragraphs = first[: TIME_LINE.search(first).start()].strip().split("\n\n")
+    shows = paragraphs[-1].replace("e.g.", "eg")
+    assert not shows.startswith(("**", "#", "[![")), f"{number}: no paragraph saying what it shows before the time"
+    sentences = [s for s in re.split(r"(?<=[.!?])\s+(?=[A-Z*`])", shows) if s.strip()]
+    assert len(sentences) <= 3, f"{number} opens with {len(sentences)} sentences: {sentences}"
+    assert "**What you will learn" not in first and "assert" not in first
+
+
+def path_stops(text):
+    """The italic stop names of the 15-minute path section of a README-like text."""
+    section = text[text.index("15-minute path") :]
+    section = section[: section.index("\n\n", section.index("\n1. "))]  # the numbered list
+    section = re.sub(r"\[[^\]]*\]\([^)]*\)", "", section)  # links name notebooks, not stops
+    return [" ".join(stop.split()) for stop in re.findall(r"\*([A-Z][^*]+)\*", section)]
+
+
+def test_the_fifteen_minute_path_is_the_same_everywhere_and_names_real_sections():
+    docs = ROOT / "docs" / "index.md"
+    nb02 = chapter("02")
+    stops = {name: path_stops(text) for name, text in (
+        ("README.md", (ROOT / "README.md").read_text()), ("docs/index.md", docs.read_text()),
+        ("notebook 02", source(cells(nb02)[0])))}
+    assert stops["README.md"] == stops["docs/index.md"] == stops["notebook 02"], stops
+    headings = [line for c in cells(nb02, "markdown") for line in source(c).splitlines() if line.startswith("## ")]
+    for stop in stops["notebook 02"]:
+        assert any(re.sub(r"^## \d+\. ", "", h).startswith(stop) for h in headings), f"no section '{stop}' in 02"
+    assert "§" not in "".join(stops["README.md"])
