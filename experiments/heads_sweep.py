@@ -30,8 +30,8 @@ weights; the sentences are the same for every seed. The groups of runs:
 
 Run time, as measured on 2 cores shared with other work, 2 workers: seeds 0-4 (90 runs) in 1,050 s at load 5,
 seeds 5-9 (90 runs, ``--seeds 5 6 7 8 9``) in 2,054 s at load 11; the shipped file joins the two (its ``wall_s`` is
-their sum). Each run depends only on its settings and its seed, so one run of all 10 seeds gives the same runs. The 15,000-step runs take the longest (157 s each
-at load 5, 270-390 s at load 11).
+their sum). Each run depends only on its settings and its seed, so one run of all 10 seeds gives the same runs.
+The 15,000-step runs take the longest (157 s each at load 5, 270-390 s at load 11).
 
 Each worker process uses one thread, as the notebook does: the matrices are tiny, one thread is the fastest,
 and training repeats bit for bit on one machine.

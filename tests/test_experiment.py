@@ -145,7 +145,8 @@ def test_the_sweep_reproduces_the_shipped_results(tmp_path):
     assert rerun["config"] == SHIPPED["config"] | {"seeds": list(RERUN_SEEDS)}
     assert len(rerun["runs"]) == len(SHIPPED["runs"]) * len(RERUN_SEEDS) // len(SHIPPED["config"]["seeds"])
     found = differences(SHIPPED, {key(r): r for r in rerun["runs"]})
-    print(f"seeds {RERUN_SEEDS} rerun on {rerun['machine']['cpu']}, torch {rerun['machine']['torch']}, in {rerun['wall_s']} s;"
+    print(f"seeds {RERUN_SEEDS} rerun on {rerun['machine']['cpu']}, torch {rerun['machine']['torch']},"
+          f" in {rerun['wall_s']} s;"
           f" shipped from {SHIPPED['machine']['cpu']}, torch {SHIPPED['machine']['torch']}")
     for kind, (d, where) in found.items():
         print(f"  {kind:36s} largest difference {d:.4f} (tolerance {TOLERANCE[kind]}) at {where}")
