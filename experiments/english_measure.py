@@ -39,7 +39,7 @@ def measure_model(model, text, itos):
         out[part] = {name: s.as_dict() for name, s in scores.items()}
         out[part + "_losses"] = {k: round(v, 4) for k, v in measure.losses(model, piece, itos).items()}
         if part == "choose":
-            out["chosen"] = {name: list(measure.best_head(s)) for name, s in scores.items()}
+            out["chosen"] = {name: list(measure.best_head(s, name)) for name, s in scores.items()}
     return out
 
 

@@ -178,8 +178,16 @@ def losses(model, text: Labelled, itos: list[str], chunk: int = 50) -> dict[str,
                 second_reading=float(sums[2]) / (n * (half - 1)))
 
 
-def best_head(score: Score) -> tuple[int, int]:
-    """(layer, head) of the head whose raw weight most exceeds its same-distance baseline."""
-    gap = (score.raw - score.base).flatten()
+#: Patterns that are a distance: their same-distance baseline is the pattern itself, so a head is chosen by its raw
+#: weight (against uniform attention) instead.
+DISTANCES = ("previous word", "two words back")
+
+
+def best_head(score: Score, pattern: str | None = None) -> tuple[int, int]:
+    """(layer, head) of the head whose raw weight most exceeds its same-distance baseline.
+
+    For a ``pattern`` of :data:`DISTANCES`, the head with the largest raw weight (the baseline would be itself).
+    """
+    gap = (score.raw - (0.0 if pattern in DISTANCES else score.base)).flatten()
     i = int(gap.argmax())
     return divmod(i, score.raw.size(1))

@@ -58,7 +58,7 @@ def check_head(answer, scores, pattern: str, *, reveal: bool = False) -> CheckRe
         raise KeyError(f"no pattern {pattern!r}; the patterns are {sorted(scores)}")
     score = scores[pattern]
     layers, heads = score.raw.shape
-    right = best_head(score)
+    right = best_head(score, pattern)
     shown = f" The right head is {right}: layer {right[0]}, head {right[1]}." if reveal else ""
     name = f"the head for {pattern!r}"
     if answer is None:
@@ -85,7 +85,7 @@ def check_head(answer, scores, pattern: str, *, reveal: bool = False) -> CheckRe
     if answer == by_raw:
         return _wrong(name, "raw weight", shown, raw=raw, base=base)
     for other, s in scores.items():
-        if other != pattern and best_head(s) == answer and float(s.raw[answer] - s.base[answer]) > 2 * (raw - base):
+        if other != pattern and best_head(s, other) == answer and float(s.raw[answer] - s.base[answer]) > 2 * (raw - base):
             return _wrong(name, "another pattern", shown, other=other, other_raw=float(s.raw[answer]),
                           other_base=float(s.base[answer]), pattern=pattern, raw=raw, base=base)
     best_gap, gap = float(score.raw[right] - score.base[right]), raw - base
