@@ -31,11 +31,12 @@ def fp16_state(model):
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--steps", type=int, default=6000)
+    ap.add_argument("--steps", type=int, default=1800)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--repeat", type=float, default=0.25, help="share of windows with a passage repeated")
-    ap.add_argument("--max-seconds", type=float, default=3300)
+    ap.add_argument("--max-seconds", type=float, default=3300, help="wall-clock cap, checked every 100 steps")
+    ap.add_argument("--stop-after", type=int, default=None, help="stop after this step (to repeat a capped run)")
     ap.add_argument("--checkpoint-every", type=int, default=1000)
     ap.add_argument("--out", default="runs/english")
     a = ap.parse_args()
@@ -57,7 +58,7 @@ def main() -> None:
             torch.save(fp16_state(model), os.path.join(a.out, f"{name}_step{step}.pt"))
 
     log = train(model, ids, a.steps, seed=a.seed, batch_size=a.batch, lr=a.lr, repeat=a.repeat,
-                max_seconds=a.max_seconds, on_log=on_log)
+                max_seconds=a.max_seconds, stop_after=a.stop_after, on_log=on_log)
     torch.save(fp16_state(model), os.path.join(a.out, f"{name}.pt"))
     with open(os.path.join(a.out, f"{name}.json"), "w") as f:
         json.dump(dict(config=DEFAULTS, args=vars(a), steps_done=log[-1][0], seconds=round(log[-1][2], 1),

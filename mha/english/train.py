@@ -41,12 +41,14 @@ def lr_at(step: int, steps: int, lr: float, warmup: int = 100) -> float:
 
 
 def train(model: WordLM, ids: torch.Tensor, steps: int, *, seed: int, batch_size: int = 16, lr: float = 3e-3,
-          repeat: float = 0.0, max_seconds: float = math.inf, log_every: int = 100, on_log=None):
+          repeat: float = 0.0, max_seconds: float = math.inf, stop_after: int | None = None, log_every: int = 100,
+          on_log=None):
     """Train ``model`` in place on the token ids ``ids`` (1-D int64) for ``steps`` steps; returns the log.
 
     The log is a list of ``(step, loss, seconds)``: the mean training loss of the ``log_every`` steps before
     ``step``. ``on_log(step, loss, seconds)`` is called at each entry (and may save a checkpoint). Training stops
-    early, after a logged step, once ``max_seconds`` have passed. The batches come from a generator seeded with
+    early, after a logged step, once ``max_seconds`` have passed (a wall-clock cap), or after step ``stop_after``
+    (which repeats a capped run exactly: the schedule still runs over ``steps``). The batches come from a generator seeded with
     ``seed``, as is the model's dropout-free initialisation by the caller.
     """
     g = torch.Generator().manual_seed(seed)
@@ -71,7 +73,7 @@ def train(model: WordLM, ids: torch.Tensor, steps: int, *, seed: int, batch_size
             total = 0.0
             if on_log is not None:
                 on_log(*log[-1])
-            if seconds > max_seconds:
+            if seconds > max_seconds or (stop_after is not None and step + 1 >= stop_after):
                 break
     model.eval()
     return log
