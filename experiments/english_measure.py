@@ -10,6 +10,7 @@ losses, and the head chosen per pattern on the choosing book (1 Samuel), to be r
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import json
 import os
 import shutil
@@ -31,7 +32,10 @@ def load_run(path):
     return model.eval()
 
 
-def measure_model(model, text, itos):
+def measure_model(path):
+    """Everything measured on the model saved at ``path`` (one process per model: they run in parallel)."""
+    torch.set_num_threads(1)
+    model, itos, text = load_run(path), list(english.vocabulary()), english.heldout()
     out = {}
     for part, book in (("choose", english.CHOOSE_BOOK), ("score", english.SCORE_BOOK)):
         piece = text.part(book)
@@ -49,8 +53,6 @@ def main() -> None:
     a = ap.parse_args()
     torch.set_num_threads(1)
     t0 = time.perf_counter()
-    itos = list(english.vocabulary())
-    text = english.heldout()
     result = dict(
         about="Per head (layers x heads, counted from 0) and per pattern: raw = mean weight on the pattern's key, "
         "base = the same head's mean weight at the same distance, uniform = 1/(i+1); on 1 Samuel (choose) and "
@@ -59,11 +61,12 @@ def main() -> None:
         config=english.CONFIG, patterns={k: list(v) for k, v in measure.PATTERNS.items()}, seeds={}, control={})
     runs = {f"seed{s}": ("seeds", str(s)) for s in english.SEEDS}
     runs["seed0_norepeat"] = ("control", "seed0_norepeat")
+    with concurrent.futures.ProcessPoolExecutor(len(runs)) as pool:
+        measured = dict(zip(runs, pool.map(measure_model, [os.path.join(a.runs, f"{n}.pt") for n in runs])))
     for name, (where, key) in runs.items():
         with open(os.path.join(a.runs, f"{name}.json")) as f:
             log = json.load(f)
-        model = load_run(os.path.join(a.runs, f"{name}.pt"))
-        entry = measure_model(model, text, itos)
+        entry = measured[name]
         entry["training"] = dict(seed=log["args"]["seed"], steps=log["steps_done"], seconds=log["seconds"],
                                  repeat=log["args"]["repeat"], batch=log["args"]["batch"], lr=log["args"]["lr"],
                                  final_loss=round(log["log"][-1][1], 4),

@@ -64,6 +64,12 @@ class Score:
     uniform: float
     n: int
 
+    @classmethod
+    def from_dict(cls, d: dict) -> Score:
+        """The Score that :meth:`as_dict` wrote (as ``shipped_scores()`` holds them), in float64."""
+        t = lambda x: torch.tensor(x, dtype=torch.float64)  # noqa: E731
+        return cls(t(d["raw"]), t(d["base"]), float(d["uniform"]), int(d["n"]))
+
     def as_dict(self, digits: int = 4) -> dict:
         r = lambda t: [[round(float(v), digits) for v in row] for row in t]  # noqa: E731
         return dict(raw=r(self.raw), base=r(self.base), uniform=round(self.uniform, digits), n=self.n)

@@ -19,13 +19,15 @@ from .model import WordLM
 def batch(ids: torch.Tensor, size: int, context: int, g: torch.Generator, repeat: float = 0.0):
     """(x, y), each (size, context) int64: random windows of ``ids`` and the same shifted by one (the targets).
 
-    With probability ``repeat`` a window has a stretch of r = 8..32 tokens starting at s copied over the tokens at
-    d..d+r, for some d >= s + r: from d + 1 on, the next word can be read off the earlier copy.
+    With probability ``repeat`` a window has a stretch of r = 8..32 tokens (at most a quarter of the context)
+    starting at s copied over the tokens at d..d+r, for some d >= s + r: from d + 1 on, the next word can be read
+    off the earlier copy.
     """
+    longest = min(32, context // 4)
     starts = torch.randint(0, len(ids) - context - 1, (size,), generator=g).tolist()
     chunks = torch.stack([ids[i:i + context + 1] for i in starts])  # (size, context + 1)
     for row in (torch.rand(size, generator=g) < repeat).nonzero().flatten().tolist():
-        r = int(torch.randint(8, 33, (), generator=g))
+        r = int(torch.randint(min(8, longest), longest + 1, (), generator=g))
         s = int(torch.randint(0, context + 1 - 2 * r, (), generator=g))
         d = int(torch.randint(s + r, context + 2 - r, (), generator=g))
         chunks[row, d:d + r] = chunks[row, s:s + r].clone()
