@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import collections
 import gzip
-import io
 import os
 import re
 import subprocess
@@ -99,7 +98,7 @@ def main() -> None:
     print(f"train: {len(train)} chapters, {raw_chars:,} characters, {n_train:,} tokens; held out: {len(held)} "
           f"chapters, {n:,} tokens; {time.time() - t0:.0f} s", file=sys.stderr)
     sizes = {f: os.path.getsize(os.path.join(OUT, f)) for f in ("train.txt.gz", "heldout.tsv.gz")}
-    with io.open(os.path.join(OUT, "SOURCE.md"), "w") as f:
+    with open(os.path.join(OUT, "SOURCE.md"), "w") as f:
         f.write(SOURCE.format(train_chapters=len(train), train_chars=raw_chars, train_tokens=n_train,
                               held_chapters=len(held), held_tokens=n, **{k.split(".")[0]: v for k, v in sizes.items()},
                               spacy=spacy.__version__, model=nlp.meta["version"]))

@@ -1,7 +1,6 @@
 """Notebook 06's tools: the shipped text and labels, the measurement of heads, the shipped weights and scores."""
 
 import gzip
-import json
 import math
 import os
 
@@ -155,7 +154,8 @@ def test_the_shipped_weights_give_the_shipped_scores(seed):
         for name, score in scores.items():
             want = shipped[part][name]
             assert score.n == want["n"] and math.isclose(score.uniform, want["uniform"], abs_tol=1e-4)
-            gap = max((score.raw - torch.tensor(want["raw"])).abs().max(), (score.base - torch.tensor(want["base"])).abs().max())
+            gap = max((score.raw - torch.tensor(want["raw"])).abs().max(),
+                      (score.base - torch.tensor(want["base"])).abs().max())
             assert gap < TOLERANCE, (part, name, float(gap))
         if part == "choose":
             assert {k: list(measure.best_head(s, k)) for k, s in scores.items()} == shipped["chosen"]

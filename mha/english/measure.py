@@ -96,7 +96,8 @@ def pairs(text: Labelled, context: int) -> dict[str, list[tuple[int, int, int]]]
     for name, (prons, candidate) in PRONOUNS.items():
         out[name] = _most_recent(text, context, end, lambda g, p=prons: text.words[g].lower() in p, candidate)
     out["any word -> last noun (control)"] = _most_recent(
-        text, context, end, lambda g: text.words[g].lower() not in ALL_PRONOUNS, lambda tag, pos: pos in ("NOUN", "PROPN"))
+        text, context, end, lambda g: text.words[g].lower() not in ALL_PRONOUNS,
+        lambda tag, pos: pos in ("NOUN", "PROPN"))
     return out
 
 

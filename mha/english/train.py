@@ -50,8 +50,8 @@ def train(model: WordLM, ids: torch.Tensor, steps: int, *, seed: int, batch_size
     The log is a list of ``(step, loss, seconds)``: the mean training loss of the ``log_every`` steps before
     ``step``. ``on_log(step, loss, seconds)`` is called at each entry (and may save a checkpoint). Training stops
     early, after a logged step, once ``max_seconds`` have passed (a wall-clock cap), or after step ``stop_after``
-    (which repeats a capped run exactly: the schedule still runs over ``steps``). The batches come from a generator seeded with
-    ``seed``, as is the model's dropout-free initialisation by the caller.
+    (which repeats a capped run exactly: the schedule still runs over ``steps``). The batches come from a
+    generator seeded with ``seed``, as is the model's dropout-free initialisation by the caller.
     """
     g = torch.Generator().manual_seed(seed)
     context = model.config["context"]

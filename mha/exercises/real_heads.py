@@ -85,7 +85,8 @@ def check_head(answer, scores, pattern: str, *, reveal: bool = False) -> CheckRe
     if answer == by_raw:
         return _wrong(name, "raw weight", shown, raw=raw, base=base)
     for other, s in scores.items():
-        if other != pattern and best_head(s, other) == answer and float(s.raw[answer] - s.base[answer]) > 2 * (raw - base):
+        if (other != pattern and best_head(s, other) == answer
+                and float(s.raw[answer] - s.base[answer]) > 2 * (raw - base)):
             return _wrong(name, "another pattern", shown, other=other, other_raw=float(s.raw[answer]),
                           other_base=float(s.base[answer]), pattern=pattern, raw=raw, base=base)
     best_gap, gap = float(score.raw[right] - score.base[right]), raw - base
