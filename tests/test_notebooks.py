@@ -43,6 +43,7 @@ SERIES = [
     "03_why_several_heads",
     "04_masks_and_padding",
     "05_heads_specialise",
+    "06_heads_on_real_english",
     "07_efficient_attention",
     "08_heads_across_devices",
 ]
