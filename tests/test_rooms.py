@@ -21,7 +21,11 @@ LAYERS = [
     {"mha.interop"},
     {"mha"},
 ]
-TOOL_GROUPS = [("mha.plot",), ("mha.exercises",), ("mha.parallel",), ("mha.walkthrough", "mha.__main__")]
+# The tools, also from the bottom up: a tool may use a tool below it (notebook 06's exercise checker scores heads with
+# mha.english), never one above it, and the lesson none of them.
+TOOL_GROUPS = [
+    ("mha.plot",), ("mha.english",), ("mha.exercises",), ("mha.parallel",), ("mha.walkthrough", "mha.__main__"),
+]
 TOOLS = tuple(name for group in TOOL_GROUPS for name in group)
 
 
@@ -85,7 +89,7 @@ def layer_of(name: str) -> int:
         if name in layer:
             return i
     assert name.startswith(TOOLS), f"{name} is neither in a layer nor a tool: give it a place in LAYERS"
-    return len(LAYERS)
+    return len(LAYERS) + TOOL_GROUPS.index(tool_group(name))
 
 
 def test_mha_imports_no_circle():
