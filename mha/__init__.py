@@ -29,7 +29,7 @@ from .masks import as_keep_mask, causal_mask, padding_mask, to_additive_mask, to
 from .multihead import MultiHeadAttention
 from .parameters import ParameterCount, count_parameters
 
-__version__ = "0.3.0"
+__version__ = "0.4.0"
 
 # The tools around the lesson, loaded on first use (PEP 562), so that `import mha` stays quick and needs neither
 # matplotlib nor torch.distributed, while `import mha; mha.plot.head_view(...)` works as the README writes it.
