@@ -66,5 +66,5 @@ def shipped_scores() -> dict:
         return json.load(f)
 
 
-__all__ = ["CHOOSE_BOOK", "CONFIG", "SCORED_SEEDS", "SCORE_BOOK", "SEEDS", "WordLM", "data", "heldout", "load", "measure",
-           "shipped_scores", "train_words", "vocabulary"]
+__all__ = ["CHOOSE_BOOK", "CONFIG", "SCORED_SEEDS", "SCORE_BOOK", "SEEDS", "WordLM", "data", "heldout", "load",
+           "measure", "shipped_scores", "train_words", "vocabulary"]
