@@ -118,6 +118,9 @@ class MultiHeadAttention(nn.Module):
                 padding mask (see docs/mask_convention.md).
             need_weights: True returns the per-head weights; False returns
                 None and takes the fused ``F.scaled_dot_product_attention`` path.
+                Both give the same numbers under every kind of differentiation
+                (higher order, forward mode, ``torch.func``); see
+                ``mha.scaled_dot_product_attention``.
             cache: a ``KVCache`` for incremental decoding (self-attention
                 only). The new keys and values are appended to it, and S
                 becomes the number of cached positions. Nothing is stored
