@@ -115,9 +115,9 @@ def attend(q, k, v, keep, is_causal=False, scale=None, dropout_p=0.0, need_weigh
     """
     T, S = q.size(-2), k.size(-2)
     scale = 1.0 / math.sqrt(q.size(-1)) if scale is None else scale
-    # PyTorch's fused kernels have no forward-mode derivative, and no second derivative under torch.func:
-    # there the fused path runs the explicit path's code (the same numbers), and returns no weights all the same.
-    fused = not need_weights and not differentiated_by_transform()
+    # PyTorch's fused kernels have no forward-mode derivative, and no second derivative under torch.func: under
+    # forward-mode AD or a torch.func transform the fused path runs the explicit path's code (the same numbers).
+    fused = not need_weights and forward_ad._current_level < 0 and torch._C._functorch.peek_interpreter_stack() is None
     if keep is not None:
         # A key no query may look at must not reach the output, not even as 0 * NaN: zero it and its value.
         k, v = _zero_unseen_keys(keep, k, v, enable_gqa)
@@ -145,11 +145,10 @@ def attend(q, k, v, keep, is_causal=False, scale=None, dropout_p=0.0, need_weigh
         out, weights = _fused(q, k, v, keep, kernel_causal, scale, dropout_p, enable_gqa), None
     else:
         out, weights = _explicit(q, k, v, keep, scale, dropout_p, enable_gqa)  # (..., T, d_v), (..., T, S)
-        weights = weights if need_weights else None
     if has_key is not None:  # where, not *: 0 * NaN would be NaN
         out = torch.where(has_key, out, 0.0)
         weights = None if weights is None else torch.where(has_key, weights, 0.0)
-    return out, weights
+    return out, weights if need_weights else None
 
 
 def _zero_unseen_keys(keep, k, v, enable_gqa):
@@ -202,10 +201,9 @@ def _fused(q, k, v, keep, is_causal, scale, dropout_p, enable_gqa):
     out = F.scaled_dot_product_attention(
         q, k, v, attn_mask=keep, dropout_p=dropout_p, is_causal=is_causal, scale=scale, **kwargs
     )
-    if out.grad_fn is not None and not (torch.compiler.is_compiling() or torch.jit.is_tracing()):
-        kernel = _kernel_node(out.grad_fn)
-        if kernel is not None:
-            kernel.register_hook(_differentiable_backward)
+    node = None if torch.compiler.is_compiling() else out.grad_fn  # (a compiled graph has no second derivative)
+    if node is not None and node.name().startswith("ScaledDotProduct"):  # a fused kernel ran, not the math one
+        node.register_hook(_differentiable_backward)  # its second derivative, below
     return out
 
 
@@ -215,15 +213,6 @@ def _fused(q, k, v, keep, is_causal, scale, dropout_p, enable_gqa):
 # "derivative for aten::_scaled_dot_product_flash_attention_for_cpu_backward is not implemented" (case C25).
 # A first derivative keeps PyTorch's fused backward; in a backward that builds a graph, a hook hands on the
 # gradient of PyTorch's math kernel instead, the same formula written in differentiable operations.
-
-
-def _kernel_node(node):
-    """The fused kernel's backward node at (or just below) ``out.grad_fn``, or None (the math kernel ran)."""
-    for _ in range(3):  # a kernel may pad the head width, and slice its output back: a view node or two on top
-        if node is None or node.name().startswith("ScaledDotProduct"):
-            return node
-        node = node.next_functions[0][0] if len(node.next_functions) == 1 else None
-    return None
 
 
 def _differentiable_backward(grad_inputs, grad_outputs):
@@ -251,7 +240,7 @@ def _differentiable_backward(grad_inputs, grad_outputs):
     return (*(next(grads) if w else None for w in wanted), *grad_inputs[3:])
 
 
-# -- three guards the maths needs: symbolic lengths, autocast and derivatives ------------------------------
+# -- two guards the maths needs: symbolic lengths and autocast ---------------------------------------------
 
 
 def known_true(cond) -> bool:
@@ -275,12 +264,6 @@ def known_true(cond) -> bool:
     if isinstance(cond, torch.SymBool):
         return statically_known_true(cond)
     return True if cond else False  # a bool, or dynamo's symbolic condition (an `if` it can guard)
-
-
-def differentiated_by_transform() -> bool:
-    """Whether forward-mode AD (``torch.autograd.forward_ad``) or a ``torch.func`` transform (grad, vjp, jvp,
-    jacrev, jacfwd, hessian, vmap) is active: the fused kernels' derivatives don't serve them all."""
-    return forward_ad._current_level >= 0 or torch._C._functorch.peek_interpreter_stack() is not None
 
 
 def autocast_off(device_type: str):
