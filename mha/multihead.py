@@ -124,7 +124,7 @@ class MultiHeadAttention(nn.Module):
             cache: a ``KVCache`` for incremental decoding (self-attention
                 only). The new keys and values are appended to it, and S
                 becomes the number of cached positions. Nothing is stored
-                when the call raises.
+                when the call raises, wherever it raises.
 
         Returns:
             ``(y, w)``: y (B, T, d_model), and w the per-head weights
@@ -139,11 +139,13 @@ class MultiHeadAttention(nn.Module):
                 ``causal=True`` or a cache together with a context, new tokens that do not fit the
                 cache (another batch, or past its ``max_len``), a cache that
                 another layer filled.
+            RuntimeError: a call with a cache that gradient checkpointing
+                recomputes in the backward pass (see ``KVCache``).
         """
         keep, causal = checks.layer_inputs(self, x, context, causal, mask, need_weights, cache)  # bool or None; bool
         q, k, v = self._project_heads(x, context)  # (B, h, T, d_k), (B, g, S, d_k), (B, g, S, d_k)
         if cache is not None:
-            k, v = cache.update(k, v, layer=self)  # (B, g, S_cached + T, d_k): every position so far
+            k, v = cache._extend(k, v, layer=self)  # (B, g, S_cached + T, d_k): every position so far
         out, w = attend(  # (B, h, T, d_k), (B, h, T, S)
             q, k, v, keep,
             is_causal=causal,
@@ -152,6 +154,8 @@ class MultiHeadAttention(nn.Module):
             enable_gqa=self.n_kv_heads != self.h,
         )
         y = self.out(merge_heads(out))  # (B, T, h*d_k) -> (B, T, d_model)
+        if cache is not None:  # stored now that the call succeeded: one that raises leaves the cache as it was
+            cache._store(k, v, layer=self)
         return y, w
 
     def _project_heads(self, x, context):
