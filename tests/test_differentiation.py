@@ -32,6 +32,11 @@ def layer_and_input(setting, d_model=16):
     return m, x, per_sample
 
 
+def on_path(m, need_weights, kwargs):
+    """x -> y on one path."""
+    return lambda x: m(x, need_weights=need_weights, **kwargs)[0]
+
+
 def scalar_loss(f):
     return lambda x: f(x).pow(2).sum()
 
@@ -87,7 +92,7 @@ SETTINGS = pytest.mark.parametrize("setting", ["causal", "padding", "cross", "gr
 @pytest.mark.parametrize("kind", KINDS.values(), ids=KINDS.keys())
 def test_C25_every_kind_of_differentiation_gives_the_same_numbers_on_both_paths(kind, setting):
     m, x, kwargs = layer_and_input(setting)
-    explicit, fused = (kind(lambda x: m(x, need_weights=need_weights, **kwargs)[0], x) for need_weights in (True, False))
+    explicit, fused = (kind(on_path(m, need_weights, kwargs), x) for need_weights in (True, False))
     assert explicit.abs().max() > 1e-3
     assert_close(fused, explicit, where=setting)
 
@@ -112,8 +117,7 @@ def test_C25_vmap_of_grad_gives_the_same_per_sample_gradients_on_both_paths(sett
 def test_C25_hessians_agree_on_both_paths_and_with_each_other(kind):
     """The neighbour "autograd API": torch.autograd.functional.hessian and torch.func.hessian, on both paths."""
     m, x, kwargs = layer_and_input("padding", d_model=8)
-    hessians = {need_weights: kind(lambda x: m(x, need_weights=need_weights, **kwargs)[0], x)
-                for need_weights in (True, False)}
+    hessians = {need_weights: kind(on_path(m, need_weights, kwargs), x) for need_weights in (True, False)}
     assert hessians[True].shape == (2, 3, 8, 2, 3, 8)
     assert_close(hessians[False], hessians[True])
     # Against the other API, and against the gradient penalty's route (reverse over reverse): H v for v = 1.

@@ -232,8 +232,11 @@ def test_C26_execute_runs_its_own_interpreter_not_the_python3_kernel_jupyter_fin
     assert ran_in(sys.executable, tmp_path, env) == sys.executable
 
 
+LAYOUTS = ["virtual environment", "conda base", "system, prefer env 0", "system, prefer env 1"]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("layout", ["virtual environment", "conda base", "system, prefer env 0", "system, prefer env 1"])
+@pytest.mark.parametrize("layout", LAYOUTS)
 def test_C26_execute_runs_its_own_interpreter_in_every_layout(layout, tmp_path):
     """The neighbours: execute.py started by a venv's python, conda's (base environment, conda-meta/, CONDA_PREFIX),
     and a system Python with JUPYTER_PREFER_ENV_PATH set either way; each time a user-level "python3" kernelspec
