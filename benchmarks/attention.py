@@ -41,6 +41,8 @@ for ``mha.MultiHeadAttention`` with ``KVCache(max_len=N)`` and with ``KVCache()`
 ``MinimalDecoder``: one Linear, ``F.scaled_dot_product_attention`` over a preallocated K/V cache,
 one Linear, measured in the same run.
 
+And cross-attention against mha 0.3's way of projecting it (``cross.py``, case C23), at the two shorter T.
+
 And the head view's display at a real model's size (``display.py``, case C16): the time from the weights
 to the display bundle, and the bytes a notebook stores, for GPT-2 small's 12 layers x 12 heads on one
 24-token sentence, and 12 heads on 512 tokens.
@@ -51,32 +53,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import torch
+from config import SMOKE, Config
+from cross import cross_markdown, time_cross_attention
 from display import head_view_markdown, head_view_targets, time_head_views
 from layers import IMPLS, MODES, build_layers, check_agreement
 from report import machine, markdown, target_rows
 from timing import measure_memory, time_decode_steps, time_decoding, time_layers
-
-
-@dataclass
-class Config:
-    d_model: int = 768
-    h: int = 12
-    batch: int = 1
-    lengths: tuple[int, ...] = (128, 512, 1024)
-    decode_tokens: int = 512
-    decode_sizes: tuple[tuple[int, int], ...] = ((768, 12), (64, 4))  # (d_model, h) of the decode-step timing
-    memory_T: int = 4096
-    min_run_time: float = 0.5
-    rounds: int = 5
-    threads: int = 2
-    smoke: bool = False
-
-
-SMOKE = dict(d_model=64, h=4, lengths=(16,), decode_tokens=16, memory_T=256, min_run_time=0.01, rounds=1)
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -99,9 +85,12 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--only-head-view", action="store_true",
                    help="measure only the head view's display and put it into the run recorded in --json, whose "
                    "other numbers stay as measured (the report says when each part was)")
+    p.add_argument("--only-cross-attention", action="store_true",
+                   help="measure only cross-attention against mha 0.3's path, into the run recorded in --json")
     args = p.parse_args(argv)
-    if args.only_head_view and not (args.json and args.json.exists()):
-        p.error("--only-head-view needs --json naming a recorded run to put the new measurement into")
+    for only in ("only_head_view", "only_cross_attention"):
+        if getattr(args, only) and not (args.json and args.json.exists()):
+            p.error(f"--{only.replace('_', '-')} needs --json naming a recorded run to put the new measurement into")
 
     cfg = Config(threads=args.threads, batch=args.batch, **(SMOKE if args.smoke else {}), smoke=args.smoke)
     for field in ("lengths", "rounds", "min_run_time"):
@@ -111,8 +100,8 @@ def main(argv: list[str] | None = None) -> dict:
     torch.manual_seed(args.seed)
     device = torch.device(args.device)
     info = machine(cfg, device)
-    if args.only_head_view:
-        return merge_head_view(args, cfg, info)
+    if args.only_head_view or args.only_cross_attention:
+        return merge_apart(args, cfg, info)
 
     layers = build_layers(cfg, device)
     check_agreement(*layers, cfg, device)
@@ -121,11 +110,13 @@ def main(argv: list[str] | None = None) -> dict:
     steps = time_decode_steps(cfg, device)
     memory = measure_memory(cfg, device, layers)
     views = time_head_views(cfg)
+    cross = time_cross_attention(cfg, device)
     targets = target_rows(cfg, timing, decoding, steps, memory) + head_view_targets(views)
     if hasattr(os, "getloadavg"):
         info["load_average_at_end"] = round(os.getloadavg()[0], 2)
 
-    report = markdown(cfg, info, timing, decoding, steps, memory, head_view_markdown(views, None), targets)
+    extra = head_view_markdown(views, None) + cross_markdown(cross, None)
+    report = markdown(cfg, info, timing, decoding, steps, memory, extra, targets)
     results = {
         "machine": info,
         "config": asdict(cfg),
@@ -136,28 +127,39 @@ def main(argv: list[str] | None = None) -> dict:
         "peak_bytes": memory,
         "head_view": views,
         "head_view_machine": info,
+        "cross_attention": cross,
+        "cross_attention_machine": info,
         "targets": targets,
     }
     return write(args, report, results)
 
 
-def merge_head_view(args, cfg: Config, info: dict) -> dict:
-    """Measure the head view's display again, into the run recorded in ``args.json``, and rewrite its report.
+def merge_apart(args, cfg: Config, info: dict) -> dict:
+    """Measure the head view's display, or cross-attention, again, into the run recorded in ``args.json``, and
+    rewrite its report.
 
-    For when the head view changes and the layer timings need not (or the machine is too busy for them to
-    be measured well): the head view's goals are seconds, not ratios, so a busy machine can only count
-    against it. The report says when each part was measured.
+    For when one part changes and the layer timings need not (or the machine is too busy for them to be
+    measured well). The report says when each part was measured.
     """
     results = json.loads(args.json.read_text())
     recorded = Config(**{k: tuple(map(tuple, v)) if k == "decode_sizes" else tuple(v) if isinstance(v, list) else v
                          for k, v in results["config"].items()})
-    views = time_head_views(replace(recorded, threads=cfg.threads))
+    recorded = replace(recorded, threads=cfg.threads)
+    if args.only_head_view:
+        views = time_head_views(recorded)
+        targets = [row for row in results["targets"] if not row["target"].startswith("head view")]
+        results.update(head_view=views, head_view_machine=info, targets=targets + head_view_targets(views))
+    else:
+        results.update(cross_attention=time_cross_attention(recorded, torch.device(args.device)),
+                       cross_attention_machine=info)
     if hasattr(os, "getloadavg"):
         info["load_average_at_end"] = round(os.getloadavg()[0], 2)
-    targets = [row for row in results["targets"] if not row["target"].startswith("head view")]
-    results.update(head_view=views, head_view_machine=info, targets=targets + head_view_targets(views))
+    apart = {part: None if results.get(f"{part}_machine", results["machine"]) == results["machine"]
+             else results[f"{part}_machine"] for part in ("head_view", "cross_attention")}
+    extra = (head_view_markdown(results["head_view"], apart["head_view"])
+             + cross_markdown(results.get("cross_attention"), apart["cross_attention"]))
     report = markdown(recorded, results["machine"], results["time_s"], results["decode_s"], results["decode_step_s"],
-                      results["peak_bytes"], head_view_markdown(views, info), results["targets"])
+                      results["peak_bytes"], extra, results["targets"])
     return write(args, report, results)
 
 

@@ -13,17 +13,14 @@ spread their weight thinly, the hardest case for the view's storage; a trained m
 from __future__ import annotations
 
 import base64
-from typing import TYPE_CHECKING
 
 import torch
+from config import Config
 from timing import progress, summarise
 from torch.utils.benchmark import Timer
 
 import mha
 from mha.plot import head_view
-
-if TYPE_CHECKING:
-    from attention import Config
 
 # name: (layers, heads, tokens), and the goals from case C16: seconds, and megabytes of the whole output.
 HEAD_VIEWS = {"GPT-2 small, one sentence": (12, 12, 24), "12 heads, 512 tokens": (1, 12, 512)}

@@ -6,16 +6,12 @@ mha's layer with its two caches against ``MinimalDecoder``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 import torch.nn.functional as F
+from config import Config
 from torch import nn
 
 import mha
-
-if TYPE_CHECKING:
-    from attention import Config
 
 IMPLS = ["reference", "mha fused", "mha explicit", "torch fused", "torch weights"]
 MODES = ["forward", "forward+backward"]
@@ -39,11 +35,11 @@ class MinimalFused(nn.Module):
 
 
 def weights(ours: mha.MultiHeadAttention) -> dict:
-    """Our layer's state_dict without its head counts (``head_config``), which the minimal layers don't have.
+    """Our layer's state_dict without its head counts (``_extra_state``), which the minimal layers don't have.
 
     The rest has their names and shapes: qkv.weight, qkv.bias, out.weight, out.bias, so they load it strictly.
     """
-    return {name: t for name, t in ours.state_dict().items() if name != "head_config"}
+    return {name: t for name, t in ours.state_dict().items() if name != "_extra_state"}
 
 
 def build_layers(cfg: Config, device: torch.device):

@@ -6,13 +6,10 @@ import datetime
 import os
 import platform
 import subprocess
-from typing import TYPE_CHECKING
 
 import torch
+from config import Config
 from layers import DECODE_IMPLS, IMPLS, MODES
-
-if TYPE_CHECKING:
-    from attention import Config
 
 DECODE_GOALS = {768: 1.10, 64: 1.30}  # d_model -> most time per token, as a multiple of the minimal step
 

@@ -7,17 +7,14 @@ run, and the same rule (the fastest block) is applied to every implementation.
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING
 
 import torch
+from config import Config
 from layers import DECODE_IMPLS, IMPLS, MODES, MinimalDecoder, calls, generations, weights
 from report import mib
 from torch.utils.benchmark import Timer
 
 import mha
-
-if TYPE_CHECKING:
-    from attention import Config
 
 
 def statement(fn, mode: str, grad_out: torch.Tensor):

@@ -3,7 +3,8 @@
 This is the code of notebook 03's sections 1 to 3, with the settings the notebook fixes made arguments (the
 mask, the learning rate, the number of steps, when to measure). With the notebook's settings it trains the very
 same models: same sentences in the same order, same initial weights, same updates. The notebook trains a few of
-them live and asserts that it gets the numbers this module's sweep shipped (mha/data/heads_sweep.json).
+them live; tests/test_heads_claims.py checks that they are the ones this module's sweep shipped
+(mha/data/heads_sweep.json).
 
 The language: a sentence is ``(adjective) subject verb object object ... pronoun``; at the pronoun a model must
 name three words: the one just before it ("nearby"), the one object of the pronoun's kind ("refers to") and the

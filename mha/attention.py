@@ -16,18 +16,16 @@ from __future__ import annotations
 
 import contextlib
 import math
+import numbers
 
 import torch
 import torch.autograd.forward_ad as forward_ad
 import torch.nn.functional as F
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
-from . import checks
-from .masks import causal_mask, to_additive_mask
-from .precision import HALF
-
-# F.scaled_dot_product_attention shares K/V heads itself from torch 2.5 on.
-NATIVE_GQA = torch.torch_version.TorchVersion(torch.__version__) >= (2, 5)
+from .masks import _causal_mask, as_keep_mask
+from .precision import HALF, autocast_dtype, autocast_inputs
+from .values import broadcast, dropout, fits, flags, tensor
 
 
 def scaled_dot_product_attention(
@@ -103,15 +101,83 @@ def scaled_dot_product_attention(
     its boolean masks use the same convention, but its float masks are
     additive and its ``is_causal`` aligns top-left.
     """
-    q, k, v, keep = checks.attention_inputs(q, k, v, mask, is_causal, scale, dropout_p, need_weights, enable_gqa)
+    q, k, v, keep = _check_inputs(q, k, v, mask, is_causal, scale, dropout_p, need_weights, enable_gqa)
     return attend(q, k, v, keep, is_causal, scale, dropout_p, need_weights, enable_gqa)
+
+
+def _check_inputs(q, k, v, mask, is_causal, scale, dropout_p, need_weights, enable_gqa):
+    """The inputs, checked: (q, k, v, keep). Under an active autocast q, k and v come back in its dtype (as its
+    matmuls would cast them), and the mask as a bool keep-mask on q's device, or None."""
+    passed = [getattr(t, "dtype", None) for t in (q, k, v)]  # as given: the message names these, not autocast's
+    q, k, v = autocast_inputs(q, k, v)  # a no-op outside torch.autocast
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        tensor(name, t)
+        if not t.is_floating_point():
+            raise TypeError(f"{name} must be a floating tensor, got {t.dtype}")
+        if t.dim() < 2:
+            raise ValueError(f"{name} must be at least 2-D (..., length, dim), got shape {tuple(t.shape)}")
+    if not q.dtype == k.dtype == v.dtype:
+        active = autocast_dtype(q.device.type)
+        advice = "cast them to one, or run under torch.autocast for mixed precision"
+        if active is not None:  # it cast the others to its dtype; it never casts float64
+            advice = f"torch.autocast casts the others to {active} but never float64: cast those to float32"
+        raise TypeError(f"q, k, v must share a dtype, got {', '.join(map(str, passed))}; {advice}")
+    if not q.device == k.device == v.device:
+        raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
+    if q.size(-1) == 0:
+        raise ValueError(f"d_k must be positive, got q of shape {tuple(q.shape)}")
+    if q.size(-1) != k.size(-1):
+        raise ValueError(f"q and k need the same last dim d_k, got q {tuple(q.shape)} and k {tuple(k.shape)}")
+    if k.size(-2) != v.size(-2):
+        raise ValueError(f"k and v need the same length S (dim -2), got k {tuple(k.shape)} and v {tuple(v.shape)}")
+    flags(is_causal=is_causal, need_weights=need_weights, enable_gqa=enable_gqa)
+    batch = _check_batch(q, k, v, enable_gqa)
+    _check_scale(scale)
+    dropout(dropout_p)
+    if mask is None:
+        return q, k, v, None
+    keep = as_keep_mask(mask, device=q.device)
+    fits(keep, (*batch, q.size(-2), k.size(-2)), "(..., T, S) =")
+    return q, k, v, keep
+
+
+def _check_batch(q, k, v, enable_gqa):
+    """The leading dims of the scores (..., T, S), checked to broadcast (with enable_gqa, q's heads included)."""
+    if enable_gqa:
+        if q.dim() < 3 or k.dim() < 3 or k.shape != v.shape[:-1] + k.shape[-1:]:
+            raise ValueError(
+                f"enable_gqa needs q (..., h, T, d_k) and k, v (..., g, S, d), got "
+                f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
+            )
+        if k.size(-3) == 0 or q.size(-3) % k.size(-3):
+            raise ValueError(f"enable_gqa needs the K/V heads g={k.size(-3)} to divide the query heads h={q.size(-3)}")
+        batch_dims = (q.shape[:-3], k.shape[:-3])
+    else:
+        batch_dims = (q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    batch = broadcast(*batch_dims)
+    if batch is None:
+        raise ValueError(
+            f"leading dims of q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} do not broadcast"
+            + ("" if enable_gqa else " (for fewer K/V heads than query heads pass enable_gqa=True)")
+        )
+    return (*batch, q.size(-3)) if enable_gqa else tuple(batch)
+
+
+def _check_scale(s) -> None:
+    """Raise unless ``s`` is None or a finite real number (not a bool): the factor on attention's scores."""
+    if s is None or isinstance(s, (torch.SymFloat, torch.SymInt)):
+        return
+    if isinstance(s, bool) or not isinstance(s, numbers.Real):
+        raise TypeError(f"scale must be a number (default None: 1 / sqrt(d_k)), got {type(s).__name__} {s!r}")
+    if not math.isfinite(s):
+        raise ValueError(f"scale must be finite, got {s}: every score would be inf or NaN")
 
 
 def attend(q, k, v, keep, is_causal=False, scale=None, dropout_p=0.0, need_weights=True, enable_gqa=False):
     """:func:`scaled_dot_product_attention` on inputs that are already checked; ``keep`` is bool or None.
 
-    ``MultiHeadAttention`` calls it directly: it has checked its own inputs, and its q, k and v
-    come from its own projections, so a decoding step does not pay for the checks twice.
+    ``MultiHeadAttention.forward`` calls it after checking its own inputs: its q, k and v come
+    from its own projections, so nothing here checks them again.
     """
     T, S = q.size(-2), k.size(-2)
     scale = 1.0 / math.sqrt(q.size(-1)) if scale is None else scale
@@ -128,7 +194,7 @@ def attend(q, k, v, keep, is_causal=False, scale=None, dropout_p=0.0, need_weigh
     kernel_causal = fused and is_causal and keep is None and known_true(T == S)
     may_block_a_row = keep is not None  # a mask may leave some query with no key at all
     if is_causal and not kernel_causal and not known_true(T <= 1):  # one query is the last position: it sees all
-        causal = causal_mask(T, S, device=q.device)  # (T, S)
+        causal = _causal_mask(T, S, q.device)  # (T, S)
         keep = causal if keep is None else keep & causal
         may_block_a_row = may_block_a_row or not known_true(T <= S)  # causal alone does when T > S
     has_key = None
@@ -167,9 +233,9 @@ def _explicit(q, k, v, keep, scale, dropout_p, enable_gqa):
     with autocast_off(q.device.type):
         scores = (q.to(work) * scale) @ k.to(work).transpose(-2, -1)  # (..., T, S)
         if keep is not None:
-            # -inf where blocked. Added in place, not masked_fill: neither the forward
-            # nor the backward pass then copies the (..., T, S) table again.
-            scores += to_additive_mask(keep, scores.dtype)
+            # -inf where blocked (mha.to_additive_mask's conversion). Added in place, not masked_fill:
+            # neither the forward nor the backward pass then copies the (..., T, S) table again.
+            scores += scores.new_zeros(keep.shape).masked_fill_(~keep, float("-inf"))
         weights = torch.softmax(scores, dim=-1).to(q.dtype)  # (..., T, S), rows sum to 1
     if dropout_p > 0:
         weights = F.dropout(weights, p=dropout_p)
@@ -192,18 +258,12 @@ def _explicit_grouped(q, k, v, keep, scale, dropout_p):
 def _fused(q, k, v, keep, is_causal, scale, dropout_p, enable_gqa):
     if keep is not None and keep.dim() < 2:  # PyTorch wants at least a (T, S) mask
         keep = keep.expand(q.size(-2), k.size(-2))
-    kwargs = {}
-    if enable_gqa and NATIVE_GQA:
-        kwargs["enable_gqa"] = True
-    elif enable_gqa:  # older torch: give every query head its own copy of K and V
-        r = q.size(-3) // k.size(-3)
-        k, v = k.repeat_interleave(r, dim=-3), v.repeat_interleave(r, dim=-3)
     out = F.scaled_dot_product_attention(
-        q, k, v, attn_mask=keep, dropout_p=dropout_p, is_causal=is_causal, scale=scale, **kwargs
+        q, k, v, attn_mask=keep, dropout_p=dropout_p, is_causal=is_causal, scale=scale, enable_gqa=enable_gqa
     )
-    node = None if torch.compiler.is_compiling() else out.grad_fn  # (a compiled graph has no second derivative)
-    if node is not None and node.name().startswith("ScaledDotProduct"):  # a fused kernel ran, not the math one
-        node.register_hook(_differentiable_backward)  # its second derivative, below
+    # A fused kernel's backward node (not the math kernel's; none in a compiled graph) gets its second derivative.
+    if (node := None if torch.compiler.is_compiling() else out.grad_fn) and node.name().startswith("ScaledDotProduct"):
+        node.register_hook(_differentiable_backward)  # below
     return out
 
 

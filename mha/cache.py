@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import numbers
+
 import torch
 
-from . import checks
+from .values import check_positive, sequence, tensor
 
 
 class KVCache:
@@ -72,7 +74,8 @@ class KVCache:
     """
 
     def __init__(self, max_len: int | None = None) -> None:
-        checks.cache_max_len(max_len)
+        if max_len is not None:
+            check_positive(max_len=max_len)
         self._max_len = max_len
         self.reset()
 
@@ -83,7 +86,7 @@ class KVCache:
 
     @k.setter
     def k(self, value):
-        checks.read_only("k")
+        _read_only("k")
 
     @property
     def v(self) -> torch.Tensor | None:
@@ -92,7 +95,7 @@ class KVCache:
 
     @v.setter
     def v(self, value):
-        checks.read_only("v")
+        _read_only("v")
 
     @property
     def max_len(self) -> int | None:
@@ -101,7 +104,7 @@ class KVCache:
 
     @max_len.setter
     def max_len(self, value):
-        checks.read_only("max_len")
+        _read_only("max_len")
 
     def update(
         self, k: torch.Tensor, v: torch.Tensor, *, layer: torch.nn.Module | None = None
@@ -140,7 +143,7 @@ class KVCache:
         call that raises on the way (out of memory, a hook on ``out``) leaves the cache as it was."""
         if not torch.compiler.is_compiling():  # (eager only: a compiled graph's backward pass reruns no Python)
             _refuse_recomputation(self, k)
-        checks.cache_update(self, k, v, layer)
+        self._check_update(k, v, layer)
         if self._max_len is None:
             if self._k is None:
                 # Copies, not the views it was given: a view into the fused qkv output would keep
@@ -176,6 +179,41 @@ class KVCache:
             S = k.size(-2)
             self._k, self._v = self._k_buffer[:, :, :S], self._v_buffer[:, :, :S]
 
+    def _check_update(self, k, v, layer) -> None:
+        """New keys and values that fit what the cache holds (batch, heads, d_k, dtype, device) and its max_len,
+        from the layer that owns the cache (if it has one yet)."""
+        owner = self._layer  # set by eager calls only (see update), and checked only there
+        if owner is not None and owner is not layer and layer is not None and not torch.compiler.is_compiling():
+            raise ValueError(
+                f"this KVCache holds the keys of another layer, {type(owner).__name__}({owner.extra_repr()}); "
+                "each layer needs its own KVCache (or reset() this one before another layer uses it)"
+            )
+        if not (isinstance(k, torch.Tensor) and isinstance(v, torch.Tensor)):
+            tensor("k", k)
+            tensor("v", v)
+        if k.dim() != 4 or v.shape != k.shape:
+            raise ValueError(f"a KVCache takes keys and values of one shape (B, n_kv_heads, T_new, d_k), "
+                             f"got k {tuple(k.shape)} and v {tuple(v.shape)}")
+        cached = self._k
+        if cached is not None:
+            if k.shape[:2] != cached.shape[:2] or k.shape[-1] != cached.shape[-1]:
+                raise ValueError(
+                    f"new keys {tuple(k.shape)} / values {tuple(v.shape)} don't fit the cache "
+                    f"{tuple(cached.shape)}: batch, heads and d_k must match (use a fresh KVCache for a new batch)"
+                )
+            if k.dtype != cached.dtype or k.device != cached.device or v.dtype != k.dtype:
+                raise TypeError(
+                    f"new keys are {k.dtype} on {k.device} but the cache holds {cached.dtype} on "
+                    f"{cached.device}; use a fresh KVCache after changing the module's dtype or device"
+                )
+        if self._max_len is not None:
+            S, T = len(self), k.size(-2)
+            if S + T > self._max_len:
+                raise ValueError(
+                    f"{T} new positions after {S} cached would make {S + T}, past the cache's "
+                    f"max_len={self._max_len}; make the KVCache with a larger max_len, or reset() it"
+                )
+
     def reorder(self, beams: torch.Tensor | list[int]) -> None:
         """Keep batch rows ``beams`` of the cache, in that order: beam search's step between two tokens.
 
@@ -189,7 +227,7 @@ class KVCache:
             TypeError: ``beams`` is not a sequence or tensor of integers.
             ValueError: ``beams`` is not 1-D, or names a row outside [0, B).
         """
-        index = checks.cache_beams(self, beams)  # (new B,) int64, on the cache's device
+        index = self._check_beams(beams)  # (new B,) int64, on the cache's device
         if self._k is None:
             return
         S = len(self)
@@ -199,6 +237,25 @@ class KVCache:
             self._k, self._v = self._k_buffer[:, :, :S], self._v_buffer[:, :, :S]
         else:
             self._k, self._v = self._k.index_select(0, index), self._v.index_select(0, index)
+
+    def _check_beams(self, beams) -> torch.Tensor:
+        """``reorder``'s beams as a 1-D int64 index on the cache's device, each in [0, B)."""
+        if not isinstance(beams, torch.Tensor):
+            beams = sequence("beams", beams, "batch row indices: a list of ints or a 1-D integer tensor")
+            if not all(isinstance(i, numbers.Integral) and not isinstance(i, bool) for i in beams):
+                raise TypeError(f"beams must be batch row indices (ints), got {beams}")
+            beams = torch.tensor(beams, dtype=torch.long)
+        if beams.dtype.is_floating_point or beams.dtype.is_complex or beams.dtype == torch.bool:
+            raise TypeError(f"beams must be an integer tensor of batch rows, got {beams.dtype}")
+        if beams.dim() != 1:
+            raise ValueError(f"beams must be 1-D (new batch,), got shape {tuple(beams.shape)}")
+        if self._k is None:
+            return beams.long()
+        B = self._k.size(0)
+        values = beams.tolist()
+        if values and (min(values) < 0 or max(values) >= B):
+            raise ValueError(f"beams must be batch rows in [0, B={B}), got {values}")
+        return beams.to(device=self._k.device, dtype=torch.long)
 
     def __copy__(self) -> KVCache:
         """An independent cache: copies of the keys and values (and buffers), the same max_len and owner layer."""
@@ -251,6 +308,13 @@ class KVCache:
         shape = None if self._k is None else tuple(self._k.shape)
         max_len = "" if self._max_len is None else f", max_len={self._max_len}"
         return f"KVCache(len={len(self)}{max_len}, k_shape={shape}, nbytes={self.nbytes})"
+
+
+def _read_only(name: str):
+    raise AttributeError(
+        f"KVCache.{name} cannot be assigned: a preallocated cache would ignore it. To reorder the batch rows "
+        "(beam search) call cache.reorder(beams); to start again, cache.reset()"
+    )
 
 
 def _refuse_recomputation(cache: KVCache, k: torch.Tensor) -> None:

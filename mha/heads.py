@@ -7,7 +7,7 @@ again before W_O.
 
 import torch
 
-from . import checks
+from .values import check_positive, tensor
 
 
 def split_heads(x: torch.Tensor, h: int) -> torch.Tensor:
@@ -20,7 +20,12 @@ def split_heads(x: torch.Tensor, h: int) -> torch.Tensor:
         TypeError: x is not a tensor.
         ValueError: x is not 3-D or its width is not a multiple of h.
     """
-    checks.split_heads(x, h)
+    if type(h) is not int or h <= 0:
+        check_positive(h=h)
+    if not isinstance(x, torch.Tensor):
+        tensor("x", x)
+    if x.dim() != 3 or x.size(-1) % h:
+        raise ValueError(f"split_heads needs (B, T, h*d_k) with h={h}, got shape {tuple(x.shape)}")
     B, T, _ = x.shape
     return x.view(B, T, h, x.size(-1) // h).transpose(1, 2)  # (B, T, h, d_k) -> (B, h, T, d_k)
 
@@ -36,6 +41,9 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
         TypeError: x is not a tensor.
         ValueError: x is not 4-D.
     """
-    checks.merge_heads(x)
+    if not isinstance(x, torch.Tensor):
+        tensor("x", x)
+    if x.dim() != 4:
+        raise ValueError(f"merge_heads needs (B, h, T, d_k), got shape {tuple(x.shape)}")
     B, h, T, d_k = x.shape
     return x.transpose(1, 2).reshape(B, T, h * d_k)  # (B, T, h, d_k) -> (B, T, h*d_k)

@@ -10,8 +10,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from . import checks
 from .multihead import MultiHeadAttention
+from .parameters import check_plain_linears
 
 
 def from_torch(module: nn.MultiheadAttention) -> MultiHeadAttention:
@@ -26,7 +26,17 @@ def from_torch(module: nn.MultiheadAttention) -> MultiHeadAttention:
             kdim/vdim different from embed_dim (separate q/k/v weights),
             bias_k/bias_v, or add_zero_attn. Copying those would be wrong.
     """
-    checks.torch_module(module)
+    if not isinstance(module, nn.MultiheadAttention):
+        raise TypeError(f"from_torch needs an nn.MultiheadAttention, got {type(module).__name__}")
+    if not module._qkv_same_embed_dim:
+        raise ValueError(
+            f"not supported: kdim={module.kdim} / vdim={module.vdim} differ from "
+            f"embed_dim={module.embed_dim}; mha keeps Q, K and V in one (3*d_model, d_model) matrix"
+        )
+    if module.bias_k is not None:
+        raise ValueError("not supported: add_bias_kv=True (learned extra key and value)")
+    if module.add_zero_attn:
+        raise ValueError("not supported: add_zero_attn=True (an extra all-zero key and value)")
     d_model = module.embed_dim
     bias = module.in_proj_bias is not None
     weight = module.in_proj_weight
@@ -54,9 +64,22 @@ def to_torch(m: MultiHeadAttention) -> nn.MultiheadAttention:
         TypeError: ``m`` is not an ``mha.MultiHeadAttention``.
         ValueError: m uses grouped-query attention (n_kv_heads < h), or heads
             whose total width h * d_k is not d_model, which
-            ``nn.MultiheadAttention`` cannot express.
+            ``nn.MultiheadAttention`` cannot express; or something wraps its
+            ``qkv`` or ``out`` (a hook, an adapter, pruning, quantization),
+            which copying their weights would leave out.
     """
-    checks.torch_compatible(m, MultiHeadAttention)
+    if not isinstance(m, MultiHeadAttention):
+        raise TypeError(f"to_torch needs an mha.MultiHeadAttention, got {type(m).__name__}")
+    if m.n_kv_heads != m.h:
+        raise ValueError(
+            f"not supported: n_kv_heads={m.n_kv_heads} < h={m.h}; nn.MultiheadAttention has one K/V head per query head"
+        )
+    if m.h * m.d_k != m.d_model:
+        raise ValueError(
+            f"not supported: h={m.h} heads of d_k={m.d_k} make {m.h * m.d_k}, not d_model={m.d_model}; "
+            "nn.MultiheadAttention's heads always split d_model"
+        )
+    check_plain_linears(m, "mha.to_torch")
     bias = m.qkv.bias is not None
     weight = m.qkv.weight
     ref = nn.MultiheadAttention(

@@ -7,10 +7,13 @@ differs from PyTorch's, is written out in the README ("The mask convention").
 
 from __future__ import annotations
 
+import numbers
+
 import torch
 
-from . import checks
-from .checks import check_int  # noqa: F401  (mha.parallel imports it from here; it lives in mha.checks)
+from .values import check_int, fits, sequence, tensor
+
+_CONVENTION = "mha masks are keep-masks: True or 1 = this query may attend to this key, False or 0 = blocked"
 
 
 def as_keep_mask(mask: torch.Tensor, device: torch.device | str | None = None) -> torch.Tensor:
@@ -34,7 +37,33 @@ def as_keep_mask(mask: torch.Tensor, device: torch.device | str | None = None) -
             So does a float mask of all zeros: as a keep-mask it would block
             everything, and it is most likely an additive mask blocking nothing.
     """
-    return checks.keep_mask(mask, device)
+    if not isinstance(mask, torch.Tensor):
+        tensor("mask", mask)
+    if mask.dtype.is_complex:
+        raise TypeError(f"mask must be bool, integer or float, got {mask.dtype}")
+    mask = mask.detach().to(device) if device is not None else mask.detach()
+    if mask.dtype == torch.bool:
+        return mask
+    is_binary = (mask == 0) | (mask == 1)
+    if not bool(is_binary.all()) or (mask.is_floating_point() and mask.numel() and not bool(mask.any())):
+        _refuse_values(mask, is_binary)
+    return mask.bool()
+
+
+def _refuse_values(mask, is_binary):
+    if bool(is_binary.all()):  # a float mask of zeros only
+        # As a keep-mask it blocks every key, which nobody means; as an additive mask it blocks nothing.
+        raise ValueError(
+            f"float mask of shape {tuple(mask.shape)} is all zeros, which as a keep-mask blocks every key. "
+            f"{_CONVENTION}. If it is an additive mask with nothing blocked, pass mask=None "
+            "(or a bool mask: `keep = (additive_mask == 0)`)."
+        )
+    bad = sorted({str(v) for v in mask[~is_binary].tolist()})[:4]
+    hint = ""
+    if mask.is_floating_point() and bool((mask < 0).any()):
+        hint = (" It looks like an additive mask (0 = attend, -inf = blocked); "
+                "convert it with `keep = (additive_mask == 0)`.")
+    raise ValueError(f"{mask.dtype} mask holds values other than 0 and 1 (e.g. {', '.join(bad)}). {_CONVENTION}.{hint}")
 
 
 def causal_mask(
@@ -62,7 +91,14 @@ def causal_mask(
         ValueError: T or S is negative.
     """
     S = T if S is None else S
-    checks.causal_lengths(T, S)
+    check_int(T=T, S=S)
+    if T < 0 or S < 0:
+        raise ValueError(f"causal_mask needs T >= 0 and S >= 0, got T={T}, S={S}")
+    return _causal_mask(T, S, device)
+
+
+def _causal_mask(T, S, device):
+    """:func:`causal_mask` of sizes that are already checked (``mha.attention`` builds its causal mask here)."""
     # Built from T and S as tensor ops (not tril's int diagonal), so that under
     # compile, export or tracing the mask follows the lengths the graph is run with.
     query_position = torch.arange(T, device=device)[:, None] + (S - T)  # (T, 1): each query's place among the keys
@@ -101,8 +137,27 @@ def padding_mask(
         ValueError: lengths are not 1-D, or a length is negative or above S.
     """
     device = lengths.device if device is None and isinstance(lengths, torch.Tensor) else device
-    values, S = checks.padding_lengths(lengths, S)  # checked on the host; the mask is built on `device`
+    values, S = _check_lengths(lengths, S)  # checked on the host; the mask is built on `device`
     return torch.arange(S, device=device) < torch.tensor(values, dtype=torch.long, device=device)[:, None]
+
+
+def _check_lengths(lengths, S) -> tuple[list[int], int]:
+    """:func:`padding_mask`'s lengths as a list of ints, checked against S (default: the longest)."""
+    if not isinstance(lengths, torch.Tensor):
+        lengths = sequence("lengths", lengths, "a list of ints or a 1-D integer tensor, one length per sequence")
+        if not all(isinstance(n, numbers.Integral) and not isinstance(n, bool) for n in lengths):
+            raise TypeError(f"lengths must be integers, got {lengths}")
+        lengths = torch.tensor(lengths, dtype=torch.long)
+    if lengths.dtype.is_floating_point or lengths.dtype.is_complex or lengths.dtype == torch.bool:
+        raise TypeError(f"lengths must be integers, got {lengths.dtype}")
+    if lengths.dim() != 1:
+        raise ValueError(f"lengths must be 1-D (B,), got shape {tuple(lengths.shape)}")
+    values = lengths.tolist()
+    S = max(values, default=0) if S is None else S
+    check_int(S=S)
+    if values and (min(values) < 0 or max(values) > S):
+        raise ValueError(f"every length must be in [0, S={S}], got {values}")
+    return values, S
 
 
 def to_torch_attn_mask(
@@ -131,7 +186,17 @@ def to_torch_attn_mask(
         ValueError: the mask is not 2-D and no ``shape`` was given, ``shape``
             is not four sizes, or the mask does not broadcast to it.
     """
-    keep = checks.torch_attn_mask(mask, shape)
+    keep = as_keep_mask(mask)
+    if shape is None and keep.dim() != 2:
+        raise ValueError(
+            f"a {keep.dim()}-D mask of shape {tuple(keep.shape)} needs shape=(B, h, T, S) "
+            "to become nn.MultiheadAttention's (B*h, T, S) attn_mask"
+        )
+    if shape is not None:
+        if isinstance(shape, torch.Tensor) or len(sequence("shape", shape, "(B, h, T, S)")) != 4:
+            raise ValueError(f"shape must be (B, h, T, S), four sizes, got {shape!r}")
+        check_int(**{f"shape's {name}": n for name, n in zip(("B", "h", "T", "S"), shape)})
+        fits(keep, tuple(shape))
     if shape is None:
         return ~keep
     B, h, T, S = shape
@@ -156,6 +221,10 @@ def to_additive_mask(mask: torch.Tensor, dtype: torch.dtype = torch.float32) -> 
         TypeError: ``dtype`` is not a floating ``torch.dtype`` (a string
             such as ``"float32"``, say).
     """
-    keep = checks.additive_mask(mask, dtype)
+    if not isinstance(dtype, torch.dtype):
+        raise TypeError(f"dtype must be a torch.dtype such as torch.float32, got {type(dtype).__name__} {dtype!r}")
+    if not dtype.is_floating_point:
+        raise TypeError(f"an additive mask must be floating, got dtype={dtype}")
+    keep = as_keep_mask(mask)
     zeros = torch.zeros(keep.shape, dtype=dtype, device=keep.device)
     return zeros.masked_fill(~keep, float("-inf"))

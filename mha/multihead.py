@@ -3,24 +3,26 @@
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from . import checks
 from .attention import attend
 from .cache import KVCache
-from .heads import merge_heads, split_heads
+from .masks import as_keep_mask
+from .parameters import LayerParameters
+from .precision import HALF, autocast_casts
+from .values import check_positive, divisors, dropout, fits, flags, tensor
 
 
-class MultiHeadAttention(nn.Module):
+class MultiHeadAttention(LayerParameters, nn.Module):
     """h attentions in parallel, each on its own d_k-wide projection, mixed by W_O.
 
         head_i = Attention(x W_Q_i, c W_K_i, c W_V_i)
         y      = Concat(head_1, ..., head_h) W_O       (Vaswani et al. 2017, §3.2.2)
 
     One ``nn.Linear`` (``qkv``) computes Q, K and V for every head at once;
-    its output is viewed as (B, h, T, d_k). Every head still sees the whole
-    embedding: only the *projected* vector is split.
+    its output is viewed as (B, h, T, d_k) (as :func:`mha.split_heads` does).
+    Every head still sees the whole embedding: only the *projected* vector is
+    split.
 
     Args:
         d_model: embedding width; must be divisible by h unless d_k is given.
@@ -38,17 +40,20 @@ class MultiHeadAttention(nn.Module):
 
     Attributes:
         h, d_k, n_kv_heads, d_model, dropout.
-        head_config: int64 buffer [h, n_kv_heads, d_k], saved in the
-            ``state_dict``. ``load_state_dict`` refuses a state_dict whose
-            ``head_config`` differs (strict or not), before copying any weight;
-            one without it (mha 0.2, or a dict built by other code) loads as
-            before. To load this layer's state_dict into a module that has no
-            such buffer, leave the entry out (or pass ``strict=False``).
         qkv: ``nn.Linear(d_model, (h + 2 * n_kv_heads) * d_k)``. Its
             weight rows are [W_Q; W_K; W_V], the layout of
             ``nn.MultiheadAttention.in_proj_weight`` (for n_kv_heads = h and
             the default d_k that is ``nn.Linear(d_model, 3 * d_model)``).
         out: W_O, ``nn.Linear(h * d_k, d_model)``.
+
+    ``qkv`` and ``out`` hold its only tensors, and every path calls them as
+    modules (cross-attention calls ``qkv`` on x and on the context), so a
+    forward hook, a parametrization, pruning, dynamic quantization or an
+    adapter that wraps them (LoRA) acts on every call; ``from_heads`` and
+    ``mha.to_torch``, which copy their weights instead, refuse a wrapped one.
+    The head counts reach the ``state_dict`` beside the weights, as its
+    ``_extra_state``, and ``load_state_dict`` refuses a checkpoint of other
+    head counts (see :class:`mha.parameters.LayerParameters`).
 
     Raises:
         TypeError: a size is not an int.
@@ -71,17 +76,13 @@ class MultiHeadAttention(nn.Module):
     ) -> None:
         super().__init__()
         n_kv_heads = h if n_kv_heads is None else n_kv_heads
-        checks.layer_sizes(d_model, h, n_kv_heads, d_k, dropout)
+        _check_sizes(d_model, h, n_kv_heads, d_k, dropout)
         d_k = d_model // h if d_k is None else d_k
         self.d_model, self.h, self.d_k, self.n_kv_heads = d_model, h, d_k, n_kv_heads
         self.dropout = float(dropout)
         self._widths = [h * d_k, n_kv_heads * d_k, n_kv_heads * d_k]  # rows of W_Q, W_K, W_V in qkv
         self.qkv = nn.Linear(d_model, sum(self._widths), bias=bias, device=device, dtype=dtype)
         self.out = nn.Linear(h * d_k, d_model, bias=bias, device=device, dtype=dtype)
-        # Saved with the weights, which have the same shapes for any h (and any n_kv_heads with d_k fixed): a
-        # checkpoint of another head count would load without a word and compute something else (case C19).
-        # An integer tensor, so .half() and .to(dtype) leave it alone.
-        self.register_buffer("head_config", torch.tensor([h, n_kv_heads, d_k], device=device))
 
     def forward(self, x: torch.Tensor, context: torch.Tensor | None = None, *, causal: bool | None = None,
                 mask: torch.Tensor | None = None, need_weights: bool = True, cache: KVCache | None = None,
@@ -142,33 +143,43 @@ class MultiHeadAttention(nn.Module):
             RuntimeError: a call with a cache that gradient checkpointing
                 recomputes in the backward pass (see ``KVCache``).
         """
-        keep, causal = checks.layer_inputs(self, x, context, causal, mask, need_weights, cache)  # bool or None; bool
-        q, k, v = self._project_heads(x, context)  # (B, h, T, d_k), (B, g, S, d_k), (B, g, S, d_k)
+        keep, causal = self._check_inputs(x, context, causal, mask, need_weights, cache)  # bool or None; bool
+        q, k, v = self._project_heads(x, context, keep)  # (B, h, T, d_k), (B, g, S, d_k), (B, g, S, d_k)
         if cache is not None:
             k, v = cache._extend(k, v, layer=self)  # (B, g, S_cached + T, d_k): every position so far
-        out, w = attend(  # (B, h, T, d_k), (B, h, T, S)
-            q, k, v, keep,
-            is_causal=causal,
-            dropout_p=self.dropout if self.training else 0.0,
-            need_weights=need_weights,
-            enable_gqa=self.n_kv_heads != self.h,
-        )
-        y = self.out(merge_heads(out))  # (B, T, h*d_k) -> (B, T, d_model)
+        out, w = attend(q, k, v, keep, is_causal=causal, dropout_p=self.dropout if self.training else 0.0,
+                        need_weights=need_weights, enable_gqa=self.n_kv_heads != self.h)  # (B, h, T, d_k), (B, h, T, S)
+        # The heads side by side again, as mha.merge_heads does: (B, h, T, d_k) -> (B, T, h, d_k) -> (B, T, h*d_k).
+        y = self.out(out.transpose(1, 2).flatten(2))  # (B, T, d_model)
         if cache is not None:  # stored now that the call succeeded: one that raises leaves the cache as it was
             cache._store(k, v, layer=self)
         return y, w
 
-    def _project_heads(self, x, context):
+    def _project_heads(self, x, context, keep):
         """Q from x, K and V from ``context`` (or x), in heads: (B, h, T, d_k), (B, g, S, d_k), (B, g, S, d_k)."""
-        g = self.n_kv_heads
-        if context is None:
-            # qkv's output is Q, K and V side by side, each a whole number of d_k-wide heads,
-            # so it splits into h + 2g heads at once: h query heads, then g key and g value heads.
-            # (The same views as splitting Q, K, V first, in 3 tensor ops instead of 7.)
-            heads = split_heads(self.qkv(x), self.h + 2 * g)  # (B, h + 2g, T, d_k)
-            return heads.split_with_sizes([self.h, g, g], dim=1)
-        q, k, v = self._project(x, context)  # (B, T, h*d_k), (B, S, g*d_k), (B, S, g*d_k)
-        return split_heads(q, self.h), split_heads(k, g), split_heads(v, g)
+        h, g = self.h, self.n_kv_heads
+        # qkv's output is Q, K and V side by side, each a whole number of d_k-wide heads, so it splits into
+        # h + 2g heads at once, as mha.split_heads does: h query heads, then g key and g value heads.
+        # (The same views as splitting Q, K, V first, in 3 tensor ops instead of 7.)
+        q, k, v = self.qkv(x).unflatten(-1, (h + 2 * g, self.d_k)).transpose(1, 2).split([h, g, g], dim=1)
+        if context is not None:
+            k, v = self._project_context(context, keep)
+        return q, k, v
+
+    def _project_context(self, context, keep):
+        """Cross-attention's K and V, (B, g, S, d_k) each, from ``context`` through ``qkv`` called as a module, so
+        that what wraps it (a hook, an adapter) acts here as on x (case C23); its queries are left unused.
+
+        The context's rows that no query may see are zeroed first. They are padding (an encoder's, which may
+        hold NaN), blocked anyway, and qkv's weight gradient multiplies every row it ran on: W_Q's would be
+        0 * NaN through the unused queries, W_K's and W_V's through the blocked keys.
+        """
+        if keep is not None:
+            seen = keep[(None,) * (4 - keep.dim())].any(dim=2).any(dim=1)  # (B or 1, S): may a query see key j?
+            context = torch.where(seen[..., None], context, 0.0)
+        h, g = self.h, self.n_kv_heads
+        _, k, v = self.qkv(context).unflatten(-1, (h + 2 * g, self.d_k)).transpose(1, 2).split([h, g, g], dim=1)
+        return k, v
 
     def project(
         self, x: torch.Tensor, context: torch.Tensor | None = None
@@ -180,109 +191,118 @@ class MultiHeadAttention(nn.Module):
         Raises:
             As ``forward`` for x and context.
         """
-        checks.layer_inputs(self, x, context)
-        return self._project(x, context)
-
-    def _project(self, x, context):
-        if context is None:  # self-attention: one matmul for Q, K and V
-            return self.qkv(x).split(self._widths, dim=-1)
-        W_Q, W_KV = self.qkv.weight.split([self._widths[0], 2 * self._widths[1]])
-        b_Q = b_KV = None
-        if self.qkv.bias is not None:
-            b_Q, b_KV = self.qkv.bias.split([self._widths[0], 2 * self._widths[1]])
-        k, v = F.linear(context, W_KV, b_KV).split(self._widths[1:], dim=-1)
-        return F.linear(x, W_Q, b_Q), k, v
-
-    @classmethod
-    def from_heads(cls, layer: MultiHeadAttention, heads, *, out_bias: bool = True) -> MultiHeadAttention:
-        """A new layer holding the query heads ``heads`` of ``layer``, and the K/V heads they use.
-
-        Its weights are copies: the rows of W_Q, W_K and W_V (and of qkv's
-        bias) of those heads, and the columns of W_O that multiply their
-        outputs. Its head i is ``layer``'s head ``heads[i]``, so its
-        ``forward`` returns those heads' weights, in that order, and its output
-        is their share of ``layer``'s output:
-
-            layer(x)[0] == sum over a partition of the heads P of
-                           from_heads(layer, P, out_bias=False)(x)[0] + layer.out.bias
-
-        which is how tensor parallelism splits a layer (``mha.parallel``).
-        d_model, d_k, dropout, device, dtype, training mode and each
-        parameter's ``requires_grad`` are kept. Making it draws no random
-        numbers.
-
-        Args:
-            layer: a ``MultiHeadAttention``.
-            heads: a range or sequence of distinct query-head indices in
-                [0, layer.h). With grouped-query attention (query head i uses
-                K/V head i // (h / n_kv_heads)) the chosen heads must make a
-                layer of their own: the heads of each K/V head they use side
-                by side, equally many for each, e.g. ``range(0, h // 2)``.
-            out_bias: False gives ``out`` no bias, so that partial outputs
-                can be summed and W_O's bias added once after the sum.
-
-        Returns:
-            A ``MultiHeadAttention`` with h = len(heads), n_kv_heads = the
-            number of K/V heads used, and the same d_k.
-
-        Raises:
-            TypeError: ``layer`` is not a ``MultiHeadAttention``, ``heads``
-                is not a range or sequence (a single int, say), or a head
-                index is not an int (bools are refused too).
-            ValueError: no heads, a head out of range or given twice, or
-                heads that do not make a whole set of K/V heads (names them).
-        """
-        h_ids, kv_ids = checks.chosen_heads(layer, heads, MultiHeadAttention)
-        weight, d_k = layer.qkv.weight, layer.d_k
-        has_bias = layer.qkv.bias is not None
-        # Built on the meta device and then given uninitialised memory: no random initialisation,
-        # so making a layer from heads does not move the random number generator.
-        new = cls(
-            layer.d_model, len(h_ids), n_kv_heads=len(kv_ids), d_k=d_k, bias=has_bias,
-            dropout=layer.dropout, device="meta", dtype=weight.dtype,
-        )
-        out_has_bias = out_bias and layer.out.bias is not None
-        if (new.out.bias is not None) != out_has_bias:  # W_O's bias: kept, or left to add once after a sum
-            new.out = nn.Linear(len(h_ids) * d_k, layer.d_model, bias=out_has_bias, device="meta", dtype=weight.dtype)
-        new.to_empty(device=weight.device)
-        rows, cols = _qkv_rows(layer, h_ids, kv_ids), _columns(h_ids, d_k)
-        with torch.no_grad():
-            new.qkv.weight.copy_(weight[rows.to(weight.device)])
-            if has_bias:
-                new.qkv.bias.copy_(layer.qkv.bias[rows.to(weight.device)])
-            new.out.weight.copy_(layer.out.weight[:, cols.to(weight.device)])
-            if new.out.bias is not None:
-                new.out.bias.copy_(layer.out.bias)
-            new.head_config.copy_(torch.tensor([new.h, new.n_kv_heads, new.d_k]))  # to_empty left it unset
-        for mine, theirs in ((new.qkv.weight, weight), (new.qkv.bias, layer.qkv.bias),
-                             (new.out.weight, layer.out.weight), (new.out.bias, layer.out.bias)):
-            if mine is not None:
-                mine.requires_grad_(theirs.requires_grad)  # frozen stays frozen
-        return new.train(layer.training)
-
-    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
-        key = prefix + "head_config"
-        checks.checkpoint_heads(self, state_dict.get(key))  # before any of this layer's weights are copied
-        # Matching, or not saved (a state_dict of mha 0.2): the layer's own counts load. load_state_dict hands each
-        # module a copy of the dict to change; a fresh tensor also mends one that to_empty() left unset.
-        state_dict[key] = torch.tensor([self.h, self.n_kv_heads, self.d_k], device=self.head_config.device)
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+        self._check_inputs(x, context)
+        q, k, v = self.qkv(x).split(self._widths, dim=-1)
+        if context is not None:  # K and V from the context, through the same module (see forward)
+            _, k, v = self.qkv(context).split(self._widths, dim=-1)
+        return q, k, v
 
     def extra_repr(self) -> str:
         kv = f", n_kv_heads={self.n_kv_heads}" if self.n_kv_heads != self.h else ""
         return f"d_model={self.d_model}, h={self.h}, d_k={self.d_k}{kv}, dropout={self.dropout}"
 
+    def _check_inputs(self, x, context=None, causal=None, mask=None, need_weights=True, cache=None):
+        """``forward``'s inputs, checked: (the mask as a bool keep-mask on x's device, or None; whether the
+        attention is causal, None meaning "for self-attention").
 
-def _qkv_rows(layer, h_ids, kv_ids):
-    """Rows of layer.qkv for the chosen heads: [W_Q rows of h_ids; W_K rows of kv_ids; W_V rows of kv_ids]."""
-    d_k, k_start, v_start = layer.d_k, layer._widths[0], layer._widths[0] + layer._widths[1]
-    return torch.cat([
-        _columns(h_ids, d_k),
-        k_start + _columns(kv_ids, d_k),
-        v_start + _columns(kv_ids, d_k),
-    ])
+        Checks everything before the call changes anything (the cache, say), the mask against (B, h, T, S),
+        where S counts the cached positions too. It runs on every call, one decoding step included, so the
+        common case takes the fewest Python operations.
+        """
+        self._check_input("x", x)
+        if context is not None:
+            self._check_input("context", context)
+            if context.size(0) != x.size(0):
+                raise ValueError(f"context batch {context.size(0)} differs from x batch {x.size(0)}: "
+                                 f"x {tuple(x.shape)}, context {tuple(context.shape)}")
+        if causal is None:
+            causal = context is None  # causal self-attention; cross-attention has no order between x and context
+        elif type(causal) is not bool:
+            flags(causal=causal)
+        elif causal and context is not None:
+            raise ValueError("causal=True with a context: x and context are different sequences, so no key comes "
+                             "'after' a query; leave causal out (or pass False) for cross-attention, and pass a "
+                             "mask to restrict it")
+        if type(need_weights) is not bool:
+            flags(need_weights=need_weights)
+        if cache is not None and (context is not None or not isinstance(cache, KVCache)):
+            _refuse_cache(context, cache)
+        if self.training:
+            dropout(self.dropout)  # checked when the layer was made, but an attribute can be changed since
+        if mask is None:
+            return None, causal
+        B, T = x.shape[:2]
+        S = (x if context is None else context).size(1) + (0 if cache is None else len(cache))  # and cached keys
+        keep = as_keep_mask(mask, device=x.device)
+        try:
+            fits(keep, (B, self.h, T, S), "(B, h, T, S) =")
+        except ValueError as err:
+            raise ValueError(f"{err}{_mask_hint(tuple(mask.shape), B, T, S)}") from None
+        return keep, causal
+
+    def _check_input(self, name, t):
+        if not isinstance(t, torch.Tensor):
+            tensor(name, t)
+        if t.dim() != 3 or t.size(-1) != self.d_model:
+            raise ValueError(f"{name} must be (B, {'T' if name == 'x' else 'S'}, d_model={self.d_model}), "
+                             f"got shape {tuple(t.shape)}")
+        if not t.is_floating_point():
+            raise TypeError(f"{name} must be a floating tensor, got {t.dtype}")
+        weight = self.qkv.weight if type(self.qkv) is nn.Linear else _weight(self.qkv)
+        if weight is None:  # hidden by what wraps qkv (dynamic quantization): the module checks its own input
+            return
+        # Under torch.autocast the projections cast x and the weights to one dtype, so
+        # float32 parameters with bfloat16 activations are what mixed precision looks like.
+        if t.dtype != weight.dtype and not autocast_casts(t.device.type, t.dtype, weight.dtype):
+            raise TypeError(_dtype_advice(name, t, weight))
+        if t.device != weight.device:
+            raise ValueError(f"{name} is on {t.device} but the module is on {weight.device}; move one of them")
 
 
-def _columns(ids, d_k):
-    """Indices i*d_k ... (i+1)*d_k - 1 of each head i, in order: head i's slice of a (.., h*d_k) dim."""
-    return (torch.tensor(ids, dtype=torch.long)[:, None] * d_k + torch.arange(d_k)).flatten()
+# -- the checks' helpers ------------------------------------------------------------------------------------------
+
+
+def _check_sizes(d_model, h, n_kv_heads, d_k, p) -> None:
+    """The layer's sizes and dropout (d_k None: d_model // h, so h must divide d_model)."""
+    check_positive(d_model=d_model, h=h, n_kv_heads=n_kv_heads, **({} if d_k is None else {"d_k": d_k}))
+    if d_k is None and d_model % h:
+        raise ValueError(
+            f"d_model={d_model} is not divisible by h={h}: each head needs d_k = d_model / h "
+            f"dimensions (try h in {divisors(d_model)})"
+        )
+    if h % n_kv_heads:
+        raise ValueError(f"n_kv_heads={n_kv_heads} must divide h={h}")
+    dropout(p)
+
+
+def _weight(module):
+    """The first floating tensor of a module that wraps a Linear (its dtype and device are the layer's), or None."""
+    weight = getattr(module, "weight", None)  # an adapter may forward its base layer's; a quantized one has a method
+    if isinstance(weight, torch.Tensor):
+        return weight
+    return next((t for t in module.parameters() if t.is_floating_point()), None)
+
+
+def _dtype_advice(name, t, weight):
+    message = f"{name} is {t.dtype} but the module's parameters are {weight.dtype}"
+    if t.dtype in HALF and weight.dtype == torch.float32:  # autocast never casts float64
+        return (
+            f"{message}. For {t.dtype} throughout, convert the module: module.to({t.dtype}). For mixed "
+            f"precision ({weight.dtype} parameters, {t.dtype} activations), keep the module as it is and run it "
+            f"under torch.autocast({t.device.type!r}, dtype={t.dtype})"
+        )
+    return f"{message}; convert one of them, e.g. module.to({t.dtype}) or {name}.to({weight.dtype})"
+
+
+def _refuse_cache(context, cache):
+    if context is not None:
+        raise ValueError("a KVCache is for self-attention decoding; don't pass it with a context")
+    raise TypeError(f"cache must be an mha.KVCache, got {type(cache).__name__}")
+
+
+def _mask_hint(shape, B, T, S):
+    if shape == (B, S):
+        return "; a (B, S) padding mask goes in as mask[:, None, None, :]"
+    if shape == (B, T, S):
+        return "; a per-sample (B, T, S) mask goes in as mask[:, None]"
+    return ""

@@ -79,8 +79,8 @@ MUTANTS = [
     ),
     Mutant(
         "scale-d_model", "scale", "the layer scales by 1/sqrt(d_model)",
-        (("mha/multihead.py", "            enable_gqa=self.n_kv_heads != self.h,\n",
-          "            enable_gqa=self.n_kv_heads != self.h,\n            scale=self.d_model ** -0.5,\n"),),
+        (("mha/multihead.py", "enable_gqa=self.n_kv_heads != self.h)",
+          "enable_gqa=self.n_kv_heads != self.h, scale=self.d_model ** -0.5)"),),
                 (
             "tests/test_interop.py::test_from_torch_copies_exactly",
             "tests/test_exercises.py::test_right_code_passes[check_multi_head_attention-MultiHeadAttention]",
@@ -96,8 +96,8 @@ MUTANTS = [
     ),
     Mutant(
         "inverted-mask", "inverted", "the keep-mask is read as True = blocked",
-        (("mha/checks/attention.py", "keep = keep_mask(mask, device=q.device)",
-          "keep = ~keep_mask(mask, device=q.device)"),),
+        (("mha/attention.py", "keep = as_keep_mask(mask, device=q.device)",
+          "keep = ~as_keep_mask(mask, device=q.device)"),),
                 (
             "tests/test_cases.py::test_C3_bool_mask_agrees_with_pytorch_sdpa",
             "tests/test_exercises.py::test_right_code_passes[check_attention-library_attention]",
@@ -123,11 +123,11 @@ MUTANTS = [
     ),
     Mutant(
         "slice", "slice", "each head's projections read only its slice of x",
-        (("mha/multihead.py", "            heads = split_heads(self.qkv(x), self.h + 2 * g)  # (B, h + 2g, T, d_k)\n",
-          "            head = torch.arange(self.d_model, device=x.device) // self.d_k\n"
-          "            rows = torch.cat([head, head[: self._widths[1]], head[: self._widths[1]]])\n"
-          "            blind = rows[:, None] == head[None, :]\n"
-          "            heads = split_heads(F.linear(x, self.qkv.weight * blind, self.qkv.bias), self.h + 2 * g)\n"),),
+        (("mha/multihead.py", "        q, k, v = self.qkv(x).unflatten(",
+          "        head = torch.arange(self.d_model, device=x.device) // self.d_k\n"
+          "        rows = torch.cat([head, head[: self._widths[1]], head[: self._widths[1]]])\n"
+          "        blind = rows[:, None] == head[None, :]\n"
+          "        q, k, v = torch.nn.functional.linear(x, self.qkv.weight * blind, self.qkv.bias).unflatten("),),
                 (
             "tests/test_interop.py::test_from_torch_copies_exactly",
             "tests/test_exercises.py::test_right_code_passes[check_multi_head_attention-MultiHeadAttention]",
@@ -135,7 +135,7 @@ MUTANTS = [
     ),
     Mutant(
         "W_O", "W_O", "the layer returns the concatenated heads without W_O",
-        (("mha/multihead.py", "y = self.out(merge_heads(out))", "y = merge_heads(out)"),),
+        (("mha/multihead.py", "y = self.out(out.transpose(1, 2).flatten(2))", "y = out.transpose(1, 2).flatten(2)"),),
                 (
             "tests/test_interop.py::test_from_torch_copies_exactly",
             "tests/test_exercises.py::test_right_code_passes[check_multi_head_attention-MultiHeadAttention]",
@@ -152,7 +152,8 @@ MUTANTS = [
     ),
     Mutant(
         "float-mask-explicit", "float mask", "the explicit path adds the keep-mask's 0s and 1s to the scores",
-        (("mha/attention.py", "scores += to_additive_mask(keep, scores.dtype)", "scores += keep.to(scores.dtype)"),),
+        (("mha/attention.py", 'scores += scores.new_zeros(keep.shape).masked_fill_(~keep, float("-inf"))',
+          "scores += keep.to(scores.dtype)"),),
                 (
             "tests/test_cases.py::test_C2_float_01_mask_blocks_and_additive_mask_raises",
             "tests/test_exercises.py::test_right_code_passes[check_attention-library_attention]",

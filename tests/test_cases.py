@@ -622,7 +622,8 @@ def test_C19_the_head_counts_survive_a_rebuilt_state_dict(rebuild):
     assert all(torch.equal(a, b) for a, b in zip(before, target.state_dict().values()))  # nothing was copied
     same = mha.MultiHeadAttention(32, 4, dtype=torch.float64)  # the same sizes load, whatever the dtype
     same.load_state_dict(rebuild(source.state_dict()))
-    assert same.head_config.dtype == torch.int64 and same.head_config.tolist() == [4, 4, 8]
+    x = torch.randn(2, 3, 32)
+    assert_close(same(x.double())[0], source(x)[0].double(), atol=1e-2)  # bfloat16 weights round
 
 
 def test_C19_the_head_counts_survive_safetensors():
@@ -639,31 +640,39 @@ def test_C19_the_head_counts_survive_safetensors():
 
 def test_C19_half_and_to_dtype_keep_the_head_counts_integer():
     m = mha.MultiHeadAttention(32, 4).half()
-    assert m.head_config.dtype == torch.int64 and m.to(torch.float64).head_config.tolist() == [4, 4, 8]
+    assert m.state_dict()["_extra_state"].dtype == torch.int64
+    assert m.to(torch.float64).state_dict()["_extra_state"].tolist() == [4, 4, 8]
     assert m.qkv.weight.dtype == torch.float64
 
 
 def test_C19_the_same_sizes_and_0_2_checkpoints_load():
     source, target = mha.MultiHeadAttention(32, 4), mha.MultiHeadAttention(32, 4)
     state = source.state_dict()
-    assert list(state) == ["head_config", "qkv.weight", "qkv.bias", "out.weight", "out.bias"]
+    assert list(state) == ["_extra_state", "qkv.weight", "qkv.bias", "out.weight", "out.bias"]
     target.load_state_dict(state)
     x = torch.randn(2, 3, 32)
     assert torch.equal(target(x)[0], source(x)[0])
     # mha 0.2 saved no head counts: its checkpoints load as they always did, into any h, strict or not.
     old = mha.MultiHeadAttention(32, 8).state_dict()
-    del old["head_config"]
+    del old["_extra_state"]
     for strict in (True, False):
         result = target.load_state_dict(old, strict=strict)
         assert result.missing_keys == [] and result.unexpected_keys == []
-    assert torch.equal(target.qkv.weight, old["qkv.weight"]) and target.head_config.tolist() == [4, 4, 8]
+    assert torch.equal(target.qkv.weight, old["qkv.weight"])
+    assert target.state_dict()["_extra_state"].tolist() == [4, 4, 8]
+    # mha 0.3 saved them as a buffer, head_config: its checkpoints load, and one of other head counts is refused.
+    for strict in (True, False):
+        result = target.load_state_dict({**old, "head_config": torch.tensor([4, 4, 8])}, strict=strict)
+        assert result.missing_keys == [] and result.unexpected_keys == []
+        with pytest.raises(ValueError, match=r"from a layer with h=8, n_kv_heads=8, d_k=4, but this layer has h=4"):
+            target.load_state_dict({**old, "head_config": torch.tensor([8, 8, 4])}, strict=strict)
     # A module with the same names (the benchmark's minimal layer, the article's class) loads ours without the
     # head counts, and ours loads its.
     plain = nn.Module()
     plain.qkv, plain.out = nn.Linear(32, 96), nn.Linear(32, 32)
-    with pytest.raises(RuntimeError, match=r"Unexpected key\(s\) in state_dict: \"head_config\""):
+    with pytest.raises(RuntimeError, match=r"Unexpected key\(s\) in state_dict: \"_extra_state\""):
         plain.load_state_dict(source.state_dict())
-    plain.load_state_dict({k: v for k, v in source.state_dict().items() if k != "head_config"})
+    plain.load_state_dict({k: v for k, v in source.state_dict().items() if k != "_extra_state"})
     target.load_state_dict(plain.state_dict())
     assert torch.equal(target(x)[0], source(x)[0])
     # strict=False keeps its meaning: missing and unexpected keys are reported, not raised.
@@ -672,10 +681,12 @@ def test_C19_the_same_sizes_and_0_2_checkpoints_load():
     # A layer made on the meta device and given memory by to_empty() (unset counts) loads a checkpoint of its sizes.
     empty = mha.MultiHeadAttention(32, 4, device="meta").to_empty(device="cpu")
     empty.load_state_dict(state)
-    assert empty.head_config.tolist() == [4, 4, 8] and torch.equal(empty(x)[0], source(x)[0])
-    # A head_config that is not three numbers is named.
-    with pytest.raises(ValueError, match=r"head_config must be a tensor \[h, n_kv_heads, d_k\], got \(2,\)"):
-        target.load_state_dict({**state, "head_config": torch.tensor([4, 4])})
+    assert torch.equal(empty(x)[0], source(x)[0])
+    # Head counts that are not three numbers are named.
+    for key in ("_extra_state", "head_config"):
+        with pytest.raises(ValueError, match=r"head_config in mha 0.3\) must be a tensor \[h, n_kv_heads, d_k\], "
+                                             r"got \(2,\)"):
+            target.load_state_dict({**old, key: torch.tensor([4, 4])})
     # And the weights still go to and from PyTorch's module.
     back = mha.from_torch(mha.to_torch(source))
     back.load_state_dict(source.state_dict())

@@ -1,18 +1,28 @@
 """Notebook 03's sweep (experiments/heads_sweep.py) and the results that ship with the package.
 
-Notebook 03 asserts its 5-seed results, up to 15,000 steps, on ``mha/data/heads_sweep.json``. So that nothing it
-asserts goes unrecomputed, ``test_the_sweep_reproduces_the_shipped_results`` reruns the whole sweep (about 6 minutes
-on 2 quiet cores, estimated from one group; 18 measured on 2 cores at load 5) and compares every number with the
-shipped file. It is slow: it runs only with ``--experiment``, in one CI step. The smoke test proves in seconds that
-the script runs and writes what the notebook reads.
+Notebook 03 shows the sweep's results over seeds 0-9, up to 15,000 steps, from ``mha/data/heads_sweep.json``, and
+tests/test_heads_claims.py checks what its prose says about them. Here: the file is a full sweep, its runs are
+consistent with each other, the script runs (the smoke test, seconds), and a rerun of part of the sweep reproduces
+the file (``test_the_sweep_reproduces_the_shipped_results``, only with ``--experiment``, in one CI step).
+
+Which part. The 10-seed sweep took 51 minutes on 2 shared cores (seeds 0-4: 1,050 s at load 5; seeds 5-9: 2,054 s
+at load 11), too long for CI, whose whole run must stay under 30 minutes. CI reruns seeds 0-4 (RERUN_SEEDS), as it
+did when they were the whole sweep (232 s on CI): they include the seeds notebook 03 trains live (0 and 1), and they
+are the seeds whose rerun with other CPU kernels measured the tolerances below, so a difference beyond those
+tolerances means a real change. Seeds 5-9 are trusted without a rerun: they were recorded by the same script, whose
+runs depend only on their settings and seed, on the same kind of machine (AMD EPYC, torch 2.13.0), which reproduced
+seeds 0 and 1 (h = 1, 2 and 4 at 300 steps) to the file's 4 decimals; the smoke test proves the script still runs
+with every group and field. They were not rerun with other kernels, and one of them is a run that a small change
+could tip: seed 9's one head with 6 nouns stays stuck near chance on two relations (notebook 03, section 9), so the
+tolerances below would not cover a rerun of it on another CPU.
 
 How close is close enough? On the machine that recorded the file, a rerun is identical, number for number. Another
 CPU rounds differently (other vector kernels, other summation orders), and a small difference early in training
-can grow. We measured how much, by rerunning the sweep on the recording machine with PyTorch's and MKL's AVX2
-kernels instead of AVX-512 (``ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2``; the groups ``longer`` and
-``nouns`` with ``--only longer nouns``). The largest changes, and the tolerances (about twice those), are in
-TOLERANCE. The largest come in the middle of a steep stretch of a curve, which another CPU shifts by a few steps;
-the numbers at the ends of the runs, which notebook 03 counts, move less.
+can grow. We measured how much, by rerunning the sweep's seeds 0-4 on the recording machine with PyTorch's and
+MKL's AVX2 kernels instead of AVX-512 (``ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2``; the groups
+``longer`` and ``nouns`` with ``--only longer nouns``). The largest changes, and the tolerances (about twice
+those), are in TOLERANCE. The largest come in the middle of a steep stretch of a curve, which another CPU shifts by
+a few steps; the numbers at the ends of the runs, which notebook 03 counts, move less.
 """
 
 import importlib.resources
@@ -38,6 +48,7 @@ TOLERANCE = {  # kind of number -> largest accepted |rerun - shipped| (measured 
     "accuracy with heads removed": 0.03,  # measured 0.012: a model with heads removed is off its training path
 }
 SETTINGS = ("group", "h", "seed", "steps", "lr", "mask", "nouns", "relation")
+RERUN_SEEDS = (0, 1, 2, 3, 4)  # see the docstring
 
 
 def key(run):
@@ -45,7 +56,7 @@ def key(run):
 
 
 def differences(shipped, rerun):
-    """{kind: (largest |difference|, where)} over every number the two results files share."""
+    """{kind: (largest |difference|, where)} over every number of the shipped runs that were rerun."""
     largest = {kind: (0.0, None) for kind in TOLERANCE}
 
     def note(kind, a, b, where):
@@ -55,6 +66,8 @@ def differences(shipped, rerun):
 
     budget, ends = shipped["config"]["steps"], (shipped["config"]["long_steps"], shipped["config"]["longer_steps"])
     for run in shipped["runs"]:
+        if key(run) not in rerun:
+            continue
         other = rerun[key(run)]
         for step, acc in run["curve"].items():
             kind = ("accuracy at step 3000 or 15000" if int(step) in ends else "accuracy between, after step 300"
@@ -93,9 +106,9 @@ def run_sweep(tmp_path, *args):
 
 def test_the_shipped_results_are_a_full_sweep():
     config = SHIPPED["config"]
-    assert not config["smoke"] and config["seeds"] == [0, 1, 2, 3, 4]
+    assert not config["smoke"] and config["seeds"] == list(range(10))
     assert (config["steps"], config["long_steps"], config["longer_steps"]) == (300, 3000, 15000)
-    assert len({key(r) for r in SHIPPED["runs"]}) == len(SHIPPED["runs"]) == 90
+    assert len({key(r) for r in SHIPPED["runs"]}) == len(SHIPPED["runs"]) == 180
     for run in SHIPPED["runs"]:
         assert str(run["steps"]) in run["curve"]
         long = run["group"] in ("main", "longer") or (run["group"] == "nouns" and run["h"] == 1)
@@ -127,11 +140,13 @@ def test_the_sweep_smoke_runs_and_writes_what_the_notebook_reads(tmp_path):
 @pytest.mark.slow
 @pytest.mark.experiment
 def test_the_sweep_reproduces_the_shipped_results(tmp_path):
-    rerun, printed = run_sweep(tmp_path)
+    rerun, printed = run_sweep(tmp_path, "--seeds", *map(str, RERUN_SEEDS))
     assert shape(rerun) == shape(SHIPPED)
-    assert rerun["config"] == SHIPPED["config"]
+    assert rerun["config"] == SHIPPED["config"] | {"seeds": list(RERUN_SEEDS)}
+    assert len(rerun["runs"]) == len(SHIPPED["runs"]) * len(RERUN_SEEDS) // len(SHIPPED["config"]["seeds"])
     found = differences(SHIPPED, {key(r): r for r in rerun["runs"]})
-    print(f"rerun on {rerun['machine']['cpu']}, torch {rerun['machine']['torch']}, in {rerun['wall_s']} s;"
+    print(f"seeds {RERUN_SEEDS} rerun on {rerun['machine']['cpu']}, torch {rerun['machine']['torch']},"
+          f" in {rerun['wall_s']} s;"
           f" shipped from {SHIPPED['machine']['cpu']}, torch {SHIPPED['machine']['torch']}")
     for kind, (d, where) in found.items():
         print(f"  {kind:36s} largest difference {d:.4f} (tolerance {TOLERANCE[kind]}) at {where}")

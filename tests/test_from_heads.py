@@ -140,9 +140,9 @@ def test_from_heads_needs_our_layer():
 
 @pytest.mark.parametrize("n_kv_heads, heads, config", [(None, [2, 0], [2, 2, 4]), (2, range(2), [2, 1, 4])])
 def test_a_layer_of_some_heads_saves_its_own_head_counts(n_kv_heads, heads, config):
-    # from_heads builds on the meta device, then to_empty(): its head_config must be set after (case C19).
+    # from_heads builds on the meta device, then to_empty(): its saved head counts are its own (cases C19, C22).
     part = mha.MultiHeadAttention.from_heads(layer(n_kv_heads=n_kv_heads), heads)
-    assert part.head_config.tolist() == config == [part.h, part.n_kv_heads, part.d_k]
+    assert part.state_dict()["_extra_state"].tolist() == config == [part.h, part.n_kv_heads, part.d_k]
     with pytest.raises(ValueError, match=r"this state_dict is from a layer with h=2"):
         layer(n_kv_heads=n_kv_heads).load_state_dict(part.state_dict(), strict=False)
     mha.MultiHeadAttention(16, 2, n_kv_heads=config[1], d_k=4, dtype=torch.float64).load_state_dict(part.state_dict())

@@ -28,10 +28,10 @@ from hypothesis import strategies as st  # noqa: E402
 
 import mha  # noqa: E402
 from mha.plot import head_view  # noqa: E402
-from mha.viz.head_view import PALETTE, HeadView  # noqa: E402
-from mha.viz.labels import _INVISIBLE as INVISIBLE  # noqa: E402
-from mha.viz.labels import display_label  # noqa: E402
-from mha.viz.static import COLORS, MAX_LABEL  # noqa: E402
+from mha.plot.head_view import PALETTE, HeadView  # noqa: E402
+from mha.plot.labels import _INVISIBLE as INVISIBLE  # noqa: E402
+from mha.plot.labels import display_label  # noqa: E402
+from mha.plot.static import COLORS, MAX_LABEL  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKENS = ["the", "cat", "sat", "on", "the", "mat"]
@@ -301,7 +301,7 @@ def test_assets_cannot_end_the_inline_script():
     import importlib.resources
 
     for name in ("head_view.js", "head_view_export.js", "head_view.css"):
-        text = importlib.resources.files("mha.viz").joinpath(name).read_text(encoding="utf-8").lower()
+        text = importlib.resources.files("mha.plot").joinpath(name).read_text(encoding="utf-8").lower()
         assert "</script" not in text and "<!--" not in text and "</style" not in text, name
 
 
@@ -377,7 +377,7 @@ def unpack(layer, h, T, S):
 def test_C16_a_gpt2_sentence_and_512_tokens_display_small_without_drawing_a_png():
     """Case C16 without timing (the times are benchmark figures, benchmarks/RESULTS.md): what is displayed
     and stored at 12 layers x 12 heads x 24 tokens and at 12 heads x 512 tokens."""
-    from mha.viz.payload import SPARSE_BUDGET
+    from mha.plot.payload import SPARSE_BUDGET
 
     for n_layers, h, T, limit in ((12, 12, 24, 1.0e6), (1, 12, 512, 3.0e6)):
         weights = gpt2_shaped_weights(n_layers, h, T)
@@ -414,7 +414,7 @@ def test_C16_a_gpt2_sentence_and_512_tokens_display_small_without_drawing_a_png(
 
 
 def test_a_large_view_of_peaked_weights_raises_its_floor_to_stay_small():
-    from mha.viz.payload import SPARSE_BUDGET
+    from mha.plot.payload import SPARSE_BUDGET
 
     torch.manual_seed(0)
     favourites = torch.rand(16, 512, 512).argsort(-1)[..., :60]  # 60 keys per row get about 0.015 each

@@ -156,7 +156,7 @@ def test_any_token_is_drawn_as_the_static_picture_draws_it_and_stays_in_its_plac
     from selenium.webdriver.common.by import By
     from test_head_view import NASTY
 
-    from mha.viz.labels import display_label
+    from mha.plot.labels import display_label
 
     T = len(NASTY)
     w = torch.softmax(torch.arange(2 * T * T, dtype=torch.float64).reshape(2, T, T).sin() * 3, dim=-1)

@@ -21,10 +21,11 @@ def test_import_mha_then_the_tools_as_attributes():
     r = run_fresh("""
         import sys
         import mha
-        heavy = [m for m in ("mha.plot", "mha.viz", "mha.parallel", "matplotlib") if m in sys.modules]
+        heavy = [m for m in ("mha.plot", "mha.parallel", "mha.exercises", "matplotlib") if m in sys.modules]
         print("loaded by import mha:", heavy)
-        print(mha.plot.head_view.__name__, mha.viz.HeadView.__name__, mha.parallel.shard_heads.__name__)
-        print("in dir(mha):", all(name in dir(mha) for name in ("plot", "viz", "parallel")))
+        print(mha.plot.head_view.__name__, mha.exercises.check_attention.__name__, mha.parallel.shard_heads.__name__)
+        print("in dir(mha):", all(name in dir(mha) for name in ("plot", "exercises", "parallel")))
+        print("importlib in dir(mha):", "importlib" in dir(mha))
         try:
             mha.plots
         except AttributeError as err:
@@ -33,8 +34,9 @@ def test_import_mha_then_the_tools_as_attributes():
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.splitlines() == [
         "loaded by import mha: []",
-        "head_view HeadView shard_heads",
+        "head_view check_attention shard_heads",
         "in dir(mha): True",
+        "importlib in dir(mha): False",
         "AttributeError: module 'mha' has no attribute 'plots'",
     ], r.stdout
     assert r.stderr == ""
@@ -52,7 +54,7 @@ def test_without_matplotlib_import_mha_is_silent_and_mha_plot_loads():
     assert r.stdout.split() == ["head_view", "HeadView"] and r.stderr == ""
 
 
-@pytest.mark.parametrize("name", ["plot", "viz", "parallel"])
+@pytest.mark.parametrize("name", ["plot", "exercises", "parallel"])
 def test_a_lazy_submodule_is_the_module_that_import_gives(name):
     import importlib
 

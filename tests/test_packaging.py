@@ -257,6 +257,11 @@ def test_the_wheel_holds_the_package_and_the_sdist_builds_it_without_tests(dist)
     assert not [n for n in names if n.startswith("tests/")]  # they need a checkout (notebooks, docs): not shipped
 
 
+def test_the_wheel_stays_under_5_mb(dist):
+    # Notebook 06's text, labels and three models' weights ship in it (mha/data/english/, about 3.7 MB).
+    assert dist[1].stat().st_size < 5_000_000, dist[1].stat().st_size
+
+
 @pytest.fixture(scope="module")
 def alone(dist, tmp_path_factory):
     """A fresh venv with the wheel and what it declares (torch, numpy), nothing else: no matplotlib, no Jupyter."""

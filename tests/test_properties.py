@@ -130,8 +130,8 @@ def test_grouped_query_matches_expanded_heads(case, g_seed):
 
 @given(st.lists(st.lists(st.sampled_from([0, 1, 2, 3]), max_size=4), min_size=1, max_size=4))
 def test_broadcast_shapes_agrees_with_torch(shapes):
-    # mha.sizes.broadcast_shapes applies the rule itself for int sizes (it is much cheaper than PyTorch's).
-    from mha.sizes import broadcast_shapes
+    # mha.values.broadcast_shapes applies the rule itself for int sizes (it is much cheaper than PyTorch's).
+    from mha.values import broadcast_shapes
 
     try:
         expected = torch.broadcast_shapes(*shapes)

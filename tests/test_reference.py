@@ -50,16 +50,14 @@ def test_function_matches_torch_sdpa(shape_q, shape_k, is_causal, dtype):
     assert_close(fused, expected)
 
 
-def test_grouped_query_attention_agrees_on_native_expanded_and_explicit_paths(monkeypatch):
+def test_grouped_query_attention_agrees_on_the_fused_and_explicit_paths_and_with_repeated_heads():
     q, k, v = torch.randn(2, 6, 5, 4), torch.randn(2, 2, 7, 4), torch.randn(2, 2, 7, 3)
     keep = torch.rand(2, 6, 5, 7) > 0.3
     native, _ = mha.scaled_dot_product_attention(q, k, v, keep, enable_gqa=True, need_weights=False)
-    monkeypatch.setattr(mha.attention, "NATIVE_GQA", False)
-    expanded, _ = mha.scaled_dot_product_attention(q, k, v, keep, enable_gqa=True, need_weights=False)
     explicit, _ = mha.scaled_dot_product_attention(q, k, v, keep, enable_gqa=True)
     repeated, _ = mha.scaled_dot_product_attention(
         q, k.repeat_interleave(3, 1), v.repeat_interleave(3, 1), keep
     )
-    assert_close(native, expanded, atol=1e-6)
+    assert_close(native, repeated, atol=1e-6)
     assert_close(explicit, repeated, atol=1e-6)
     assert_close(native, explicit, atol=1e-5)

@@ -236,7 +236,8 @@ def api_rst(topic: str) -> str:
         if inspect.isclass(obj):
             lines.append(f".. autoclass:: {dotted}")
             if not issubclass(obj, tuple):  # a named tuple's members are its fields, which the docstring gives
-                lines.append("   :members:")
+                # mha's own base classes' members too (MultiHeadAttention.from_heads), not those of nn.Module
+                lines += ["   :members:", "   :inherited-members: Module"]
         elif callable(obj):
             lines.append(f".. autofunction:: {dotted}")
         else:  # data: its `#:` comment, from the module that defines it (autodoc would show type(obj)'s docstring)

@@ -32,6 +32,7 @@ this key".
 | ``check_multi_head_attention(cls)`` | ``cls(d_model, h)``: ``qkv``, ``out``, ``forward(x, causal=True) -> (y, w)`` |
 | ``check_torch_attn_mask(fn)`` | ``fn(keep)``: a (T, S) keep-mask -> ``nn.MultiheadAttention``'s ``attn_mask`` |
 | ``check_induction_score(fn)`` | ``fn(w, tokens)``: one head's (B, T, T) weights -> notebook 05's induction score |
+| ``check_head(answer, scores, pattern)`` | notebook 06: the (layer, head) that does a pattern, above its baseline |
 | ``check_answer(answer, expected, name=...)`` | a number (or a dict of them) against the notebook's own measure |
 
 A wrong number is told whether it is too high or too low and roughly by how
@@ -46,12 +47,14 @@ from .induction import check_induction_score
 from .masks import check_torch_attn_mask
 from .mistakes import MISTAKES
 from .multihead import check_multi_head_attention
+from .real_heads import check_head
 
 __all__ = [
     "MISTAKES",
     "CheckResult",
     "check_answer",
     "check_attention",
+    "check_head",
     "check_induction_score",
     "check_merge_heads",
     "check_multi_head_attention",

@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as torch_mp
 
-from ..sizes import check_int
+from ..values import check_int
 
 __all__ = ["run_on_ranks"]
 

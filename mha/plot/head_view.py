@@ -6,12 +6,12 @@ as one output bundle:
 - ``text/html``: the interactive view, in plain HTML, CSS and JavaScript (``head_view.js``,
   ``head_view_export.js`` and ``head_view.css`` beside this file, inlined). It loads nothing: no CDN, no
   require.js, no network. Where the JavaScript does not run (GitHub's viewer, an untrusted notebook) the
-  same HTML shows a static picture instead, an SVG written by :mod:`mha.viz.static`, inlined as a data URI.
+  same HTML shows a static picture instead, an SVG written by :mod:`mha.plot.static`, inlined as a data URI.
 - ``text/plain``: one line naming the sizes.
 
 No ``image/png``: front-ends show the HTML, and drawing a PNG of 144 heatmaps took most of the 27 s a
 GPT-2-small view needed to display (case C16). :meth:`HeadView.to_png` and ``save("view.png")`` draw the
-static picture with matplotlib when a PNG file is wanted. A big view stays small (:mod:`mha.viz.payload`).
+static picture with matplotlib when a PNG file is wanted. A big view stays small (:mod:`mha.plot.payload`).
 
 Every output is a function of the weights rounded to 3 decimals, the tokens and the layer names: the same
 input gives byte-identical HTML on any machine (the element key is a hash of that content, not a random
@@ -56,7 +56,7 @@ class HeadView:
         weights: list of (h, T, S) int64 tensors, one per layer: the weights in thousandths
             (1000 = weight 1.0), as stored and shown.
         tokens: the T query labels. key_tokens: the S key labels. layer_names: one per layer.
-        note: what a large view's data leaves out (see :mod:`mha.viz.payload`), or None.
+        note: what a large view's data leaves out (see :mod:`mha.plot.payload`), or None.
         payload: the JSON the view's script reads.
         key: a 12-hex-digit hash of the payload; the HTML's element key.
     """
@@ -286,7 +286,7 @@ _EXPORT = "/* mha: head_view_export.js */"
 
 
 def _asset(name: str) -> str:
-    return resources.files("mha.viz").joinpath(name).read_text(encoding="utf-8")
+    return resources.files("mha.plot").joinpath(name).read_text(encoding="utf-8")
 
 
 def _json_for_script(payload: str) -> str:

@@ -4,7 +4,7 @@
  *     (function (key) { ... })("content hash");
  * next to a JSON script element (class mha-hv-data) holding the weights in thousandths: every one ("w", per
  * head, query and key), or in a large view each query's from a floor up ("rows", [key, weight, ...] lists;
- * see mha/viz/payload.py). Never write the HTML end tag of a script element in this file: it would end the
+ * see mha/plot/payload.py). Never write the HTML end tag of a script element in this file: it would end the
  * inlined script early. It defines no globals and loads nothing. Each view keeps its API on its root element as
  * `root.mhaHeadView` (select, toggleHead, setLayer, svgText, pngDataURL), which the browser test uses.
  *
@@ -34,7 +34,7 @@
   }
   var svg = element.bind(null, SVGNS), html = element.bind(null, null);
 
-  // A token as the view shows it, as mha/viz/labels.py shows it in the static picture: control characters
+  // A token as the view shows it, as mha/plot/labels.py shows it in the static picture: control characters
   // as their symbols ("\n" as "\u240a"), lone surrogates and C1 controls as escapes, at most LABEL
   // characters, the last "\u2026" when cut. (The data keeps the token exactly; the tooltip shows it all.)
   function label(s) {

@@ -1,9 +1,13 @@
-"""Checks on numbers, sizes and flags, and the cheap broadcasting rule the other checks use."""
+"""Checks on values that several modules share: sizes, flags, a probability, a tensor, and broadcasting.
+
+Every public entry point checks its own inputs at its top, in its own module; these are the few rules that more
+than one of them needs. Sizes may be symbolic: under ``torch.compile``, ``torch.export`` and ``torch.jit.trace``
+a tensor's sizes are ``torch.SymInt`` or 0-dim tensors, which count as ints here.
+"""
 
 from __future__ import annotations
 
 import itertools
-import math
 import numbers
 from collections.abc import Iterable
 
@@ -44,6 +48,42 @@ def divisors(n: int, limit: int = 64) -> list[int]:
     return [d for d in range(1, min(n, limit) + 1) if n % d == 0]
 
 
+def flags(**values) -> None:
+    """Raise TypeError unless every flag is a bool (a mask passed as is_causal, say)."""
+    for name, value in values.items():
+        if not isinstance(value, bool):
+            raise TypeError(f"{name} must be True or False, got {type(value).__name__}")
+
+
+def dropout(p) -> None:
+    """Raise unless ``p`` is a real number in [0, 1)."""
+    if isinstance(p, bool) or not isinstance(p, numbers.Real):
+        raise TypeError(f"dropout must be a number in [0, 1), got {p!r}")
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"dropout must be in [0, 1), got {p}")
+
+
+def tensor(name: str, t) -> None:
+    """Raise TypeError unless ``t`` is a tensor."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+
+
+def sequence(name: str, values, what: str) -> list:
+    """``values`` as a list, when it is an iterable other than a string; else a TypeError naming it and ``what``."""
+    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+        raise TypeError(f"{name} must be {what}, got {type(values).__name__} {values!r}")
+    return list(values)
+
+
+def fits(mask: torch.Tensor, target: tuple, names: str = "") -> None:
+    """Raise ValueError unless ``mask`` broadcasts to ``target`` without growing it."""
+    shape = broadcast(mask.shape, target)  # None if they do not broadcast (no try: it runs under compile too)
+    if shape is None or tuple(shape) != tuple(target):
+        where = f" {names}" if names else ""
+        raise ValueError(f"mask of shape {tuple(mask.shape)} does not broadcast to{where} {tuple(target)}")
+
+
 def broadcast_shapes(*shapes) -> torch.Size:
     """``torch.broadcast_shapes(*shapes)``, cheap when every size is a plain int, and checkable under compile.
 
@@ -75,50 +115,9 @@ def broadcast(*shapes) -> tuple[int, ...] | None:
             return None
     result = []
     for sizes in itertools.zip_longest(*(reversed(tuple(shape)) for shape in shapes), fillvalue=1):
-        size = 1
-        for n in sizes:
-            if n != 1:
-                if size != 1 and n != size:
-                    return None
-                size = n
-        result.append(size)
+        grown = [n for n in sizes if n != 1]  # the sizes other than 1 must agree: that is the size
+        if any(n != grown[0] for n in grown[1:]):
+            return None
+        result.append(grown[0] if grown else 1)
     # A plain tuple under dynamo: torch 2.6's dynamo cannot build a torch.Size from a list.
     return tuple(reversed(result)) if dynamo else torch.Size(reversed(result))
-
-
-def sequence(name: str, values, what: str) -> list:
-    """``values`` as a list, when it is an iterable other than a string; else a TypeError naming it and ``what``."""
-    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
-        raise TypeError(f"{name} must be {what}, got {type(values).__name__} {values!r}")
-    return list(values)
-
-
-def scale(s) -> None:
-    """Raise unless ``s`` is None or a finite real number (not a bool): the factor on attention's scores."""
-    if s is None or isinstance(s, (torch.SymFloat, torch.SymInt)):
-        return
-    if isinstance(s, bool) or not isinstance(s, numbers.Real):
-        raise TypeError(f"scale must be a number (default None: 1 / sqrt(d_k)), got {type(s).__name__} {s!r}")
-    if not math.isfinite(s):
-        raise ValueError(f"scale must be finite, got {s}: every score would be inf or NaN")
-
-
-def dropout(p) -> None:
-    """Raise unless ``p`` is a real number in [0, 1)."""
-    if isinstance(p, bool) or not isinstance(p, numbers.Real):
-        raise TypeError(f"dropout must be a number in [0, 1), got {p!r}")
-    if not 0.0 <= p < 1.0:
-        raise ValueError(f"dropout must be in [0, 1), got {p}")
-
-
-def flags(**values) -> None:
-    """Raise TypeError unless every flag is a bool (a mask passed as is_causal, say)."""
-    for name, value in values.items():
-        if not isinstance(value, bool):
-            raise TypeError(f"{name} must be True or False, got {type(value).__name__}")
-
-
-def tensor(name: str, t) -> None:
-    """Raise TypeError unless ``t`` is a tensor."""
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
