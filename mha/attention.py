@@ -8,6 +8,8 @@ Two paths give the same numbers:
 * the fused path (``need_weights=False``) hands the work to
   ``torch.nn.functional.scaled_dot_product_attention``, which picks a flash or
   memory-efficient kernel and never builds that table.
+
+They also give the same derivatives, of every order and mode (see ``_fused``).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import math
 import numbers
 
 import torch
+import torch.autograd.forward_ad as forward_ad
 import torch.nn.functional as F
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
@@ -58,6 +61,14 @@ def scaled_dot_product_attention(
             whenever it is > 0: the caller decides (a module passes 0 in eval).
         need_weights: False takes the fused path through
             ``F.scaled_dot_product_attention`` and returns ``weights=None``.
+            Both paths give the same numbers under every kind of
+            differentiation: reverse mode of any order (``create_graph=True``,
+            ``gradgradcheck``), forward mode (``torch.func.jvp``, ``jacfwd``,
+            ``hessian``) and ``torch.func`` transforms (``vmap`` of ``grad``).
+            PyTorch's fused kernels have a first derivative only, so there
+            the fused path routes around them: a second derivative goes
+            through PyTorch's math kernel, forward mode and ``torch.func``
+            through the explicit path's code (docs/compatibility.md).
         enable_gqa: grouped-query attention: k and v have g heads in dim -3,
             q has h, and g divides h. Query head i uses K/V head i // (h/g).
 
@@ -82,6 +93,9 @@ def scaled_dot_product_attention(
         ValueError: shapes don't fit together (names them), the mask does not
             broadcast or is not 0/1, scale is not finite, or dropout_p is
             outside [0, 1).
+        RuntimeError: a second derivative on the fused path with dropout
+            on a GPU kernel, whose dropout cannot be replayed (use
+            ``need_weights=True``).
 
     See the PyTorch doc of ``torch.nn.functional.scaled_dot_product_attention``;
     its boolean masks use the same convention, but its float masks are
@@ -167,6 +181,9 @@ def attend(q, k, v, keep, is_causal=False, scale=None, dropout_p=0.0, need_weigh
     """
     T, S = q.size(-2), k.size(-2)
     scale = 1.0 / math.sqrt(q.size(-1)) if scale is None else scale
+    # PyTorch's fused kernels have no forward-mode derivative, and no second derivative under torch.func: under
+    # forward-mode AD or a torch.func transform the fused path runs the explicit path's code (the same numbers).
+    fused = not need_weights and forward_ad._current_level < 0 and torch._C._functorch.peek_interpreter_stack() is None
     if keep is not None:
         # A key no query may look at must not reach the output, not even as 0 * NaN: zero it and its value.
         k, v = _zero_unseen_keys(keep, k, v, enable_gqa)
@@ -174,7 +191,7 @@ def attend(q, k, v, keep, is_causal=False, scale=None, dropout_p=0.0, need_weigh
     # Length logic goes through known_true, so that symbolic lengths (compile, export,
     # tracing) take a shortcut only where it is right for every length.
     # The fused kernel does plain causal self-attention itself, with no mask tensor.
-    kernel_causal = not need_weights and is_causal and keep is None and known_true(T == S)
+    kernel_causal = fused and is_causal and keep is None and known_true(T == S)
     may_block_a_row = keep is not None  # a mask may leave some query with no key at all
     if is_causal and not kernel_causal and not known_true(T <= 1):  # one query is the last position: it sees all
         causal = _causal_mask(T, S, q.device)  # (T, S)
@@ -190,14 +207,14 @@ def attend(q, k, v, keep, is_causal=False, scale=None, dropout_p=0.0, need_weigh
         keep = keep | ~has_key
         q = torch.where(has_key, q, 0.0)
 
-    if need_weights:
-        out, weights = _explicit(q, k, v, keep, scale, dropout_p, enable_gqa)  # (..., T, d_v), (..., T, S)
-    else:
+    if fused:
         out, weights = _fused(q, k, v, keep, kernel_causal, scale, dropout_p, enable_gqa), None
+    else:
+        out, weights = _explicit(q, k, v, keep, scale, dropout_p, enable_gqa)  # (..., T, d_v), (..., T, S)
     if has_key is not None:  # where, not *: 0 * NaN would be NaN
         out = torch.where(has_key, out, 0.0)
         weights = None if weights is None else torch.where(has_key, weights, 0.0)
-    return out, weights
+    return out, weights if need_weights else None
 
 
 def _zero_unseen_keys(keep, k, v, enable_gqa):
@@ -241,9 +258,46 @@ def _explicit_grouped(q, k, v, keep, scale, dropout_p):
 def _fused(q, k, v, keep, is_causal, scale, dropout_p, enable_gqa):
     if keep is not None and keep.dim() < 2:  # PyTorch wants at least a (T, S) mask
         keep = keep.expand(q.size(-2), k.size(-2))
-    return F.scaled_dot_product_attention(
+    out = F.scaled_dot_product_attention(
         q, k, v, attn_mask=keep, dropout_p=dropout_p, is_causal=is_causal, scale=scale, enable_gqa=enable_gqa
     )
+    # A fused kernel's backward node (not the math kernel's; none in a compiled graph) gets its second derivative.
+    if (node := None if torch.compiler.is_compiling() else out.grad_fn) and node.name().startswith("ScaledDotProduct"):
+        node.register_hook(_differentiable_backward)  # below
+    return out
+
+
+# -- second derivatives on the fused path -------------------------------------------------------------------
+# PyTorch's fused kernels (flash, memory-efficient, cuDNN) have a backward that cannot itself be differentiated:
+# a gradient of a gradient (a gradient penalty, MAML, a Hessian-vector product, create_graph=True) raised
+# "derivative for aten::_scaled_dot_product_flash_attention_for_cpu_backward is not implemented" (case C25).
+# A first derivative keeps PyTorch's fused backward; in a backward that builds a graph, a hook hands on the
+# gradient of PyTorch's math kernel instead, the same formula written in differentiable operations.
+
+
+def _differentiable_backward(grad_inputs, grad_outputs):
+    """Post-hook of a fused kernel's backward node: in a backward that builds a graph (``create_graph=True``),
+    replace its gradients of q, k and v by the math kernel's, recomputed from what the node saved."""
+    if not torch.is_grad_enabled():  # a first derivative: the fused backward's is right, and fast
+        return None
+    node = torch._C._current_autograd_node()  # the node this hook is on (a reference kept would be a cycle)
+    if node._saved_dropout_p > 0:
+        raise RuntimeError(
+            "a gradient of a gradient through attention with dropout on the fused path (need_weights=False): "
+            "PyTorch's fused kernel has no second derivative, and its dropout mask cannot be drawn again; "
+            "use need_weights=True, which supports every kind of differentiation"
+        )
+    # Aliases, so that q, k and v get their own gradients even when they are one tensor (self-attention on x).
+    q, k, v = (t.view_as(t) for t in (node._saved_query, node._saved_key, node._saved_value))
+    mask = getattr(node, "_saved_attn_mask", getattr(node, "_saved_attn_bias", None))
+    with torch.enable_grad():
+        out, _ = torch.ops.aten._scaled_dot_product_attention_math(
+            q, k, v, mask, 0.0, node._saved_is_causal, scale=node._saved_scale, enable_gqa=k.size(-3) != q.size(-3)
+        )
+    wanted = [g is not None for g in grad_inputs[:3]]  # the engine asks only for the gradients it needs
+    grads = iter(torch.autograd.grad(out, [t for t, w in zip((q, k, v), wanted) if w], grad_outputs[0],
+                                     create_graph=True))
+    return (*(next(grads) if w else None for w in wanted), *grad_inputs[3:])
 
 
 # -- two guards the maths needs: symbolic lengths and autocast ---------------------------------------------

@@ -46,6 +46,17 @@ class KVCache:
     of it. Stepping the copy leaves the original as it was, and the other way
     round.
 
+    A cache never holds a position twice. ``MultiHeadAttention`` stores a
+    call's positions when the call returns, so a call that raises on the way
+    (out of memory, a hook on ``out``) leaves the cache as it was, and the
+    retried call appends its positions once. Gradient checkpointing
+    (``torch.utils.checkpoint``, either ``use_reentrant``) reruns the
+    checkpointed function in the backward pass: an update there would append
+    its positions again, so it raises a RuntimeError that says so, and the
+    cache keeps what the forward pass stored, once. Under ``torch.compile``
+    the same holds: dynamo runs such a checkpoint eagerly (and refuses it
+    with ``fullgraph=True``: "Unsafe side effect").
+
     A cache filled under ``torch.inference_mode()`` keeps working outside it:
     a preallocated one then continues in copies of its buffers (inference
     tensors cannot be written in place outside that mode).
@@ -110,7 +121,8 @@ class KVCache:
             ``(k, v)``, each (B, n_kv_heads, S + T_new, d_k): with ``max_len``,
             views of the buffers that the next update writes after.
 
-        Nothing is stored when it raises.
+        Nothing is stored when it raises (a preallocated cache's first update
+        may have allocated its buffers).
 
         Raises:
             ValueError: the new keys don't match the cached batch, heads or
@@ -118,20 +130,26 @@ class KVCache:
                 (names both), or they come from another layer than the
                 cache's.
             TypeError: their dtype or device differs from the cache's.
+            RuntimeError: it is called during a backward pass: gradient
+                checkpointing recomputing the call that filled the cache.
         """
+        k_all, v_all = self._extend(k, v, layer)
+        self._store(k_all, v_all, layer)
+        return k_all, v_all
+
+    def _extend(self, k, v, layer):
+        """What ``update`` returns, with nothing stored yet (a preallocated cache has written the new positions after
+        its filled ones). ``MultiHeadAttention`` stores them with ``_store`` once its call has succeeded, so that a
+        call that raises on the way (out of memory, a hook on ``out``) leaves the cache as it was."""
+        if not torch.compiler.is_compiling():  # (eager only: a compiled graph's backward pass reruns no Python)
+            _refuse_recomputation(self, k)
         self._check_update(k, v, layer)
-        if self._layer is None and layer is not None and not torch.compiler.is_compiling():  # (eager only)
-            self._layer = layer
         if self._max_len is None:
             if self._k is None:
                 # Copies, not the views it was given: a view into the fused qkv output would keep
                 # all of it alive, Q included, while nbytes counted only K and V.
-                self._k = k.clone(memory_format=torch.contiguous_format)
-                self._v = v.clone(memory_format=torch.contiguous_format)
-            else:
-                self._k = torch.cat([self._k, k], dim=-2)  # (B, g, S + T_new, d_k)
-                self._v = torch.cat([self._v, v], dim=-2)
-            return self._k, self._v
+                return k.clone(memory_format=torch.contiguous_format), v.clone(memory_format=torch.contiguous_format)
+            return torch.cat([self._k, k], dim=-2), torch.cat([self._v, v], dim=-2)  # (B, g, S + T_new, d_k)
         S, T = len(self), k.size(-2)
         if self._k_buffer is None:
             B, g, _, d_k = k.shape
@@ -144,13 +162,22 @@ class KVCache:
         # Written in place: only the new positions are copied, and the buffers never change shape.
         self._k_buffer[:, :, S : S + T] = k
         self._v_buffer[:, :, S : S + T] = v
-        self._k = self._k_buffer[:, :, : S + T]  # (B, g, S + T_new, d_k)
-        self._v = self._v_buffer[:, :, : S + T]
+        k_all, v_all = self._k_buffer[:, :, : S + T], self._v_buffer[:, :, : S + T]  # (B, g, S + T_new, d_k)
         if torch.is_grad_enabled() and (k.requires_grad or v.requires_grad):
             # The attention saves its keys and values for the backward pass, and the next step writes
             # into these same buffers: hand it copies, so that what it saved stays as it was.
-            return self._k.clone(), self._v.clone()
-        return self._k, self._v
+            return k_all.clone(), v_all.clone()
+        return k_all, v_all
+
+    def _store(self, k, v, layer):
+        """Hold ``_extend``'s keys and values of every position so far; the layer that gave them owns the cache."""
+        if self._layer is None and layer is not None and not torch.compiler.is_compiling():  # (eager only)
+            self._layer = layer
+        if self._max_len is None:
+            self._k, self._v = k, v
+        else:  # views of the buffers, which _extend wrote (k and v may be copies of them)
+            S = k.size(-2)
+            self._k, self._v = self._k_buffer[:, :, :S], self._v_buffer[:, :, :S]
 
     def _check_update(self, k, v, layer) -> None:
         """New keys and values that fit what the cache holds (batch, heads, d_k, dtype, device) and its max_len,
@@ -287,4 +314,18 @@ def _read_only(name: str):
     raise AttributeError(
         f"KVCache.{name} cannot be assigned: a preallocated cache would ignore it. To reorder the batch rows "
         "(beam search) call cache.reorder(beams); to start again, cache.reset()"
+    )
+
+
+def _refuse_recomputation(cache: KVCache, k: torch.Tensor) -> None:
+    """Raise when an update comes during a backward pass: gradient checkpointing rerunning the call that filled
+    the cache (case C24), which would append its positions a second time."""
+    if torch._C._current_graph_task_id() == -1:  # not in a backward pass
+        return
+    raise RuntimeError(
+        f"KVCache.update during a backward pass: gradient checkpointing (torch.utils.checkpoint) is recomputing a "
+        f"call that filled this KVCache, and would append its {k.size(-2)} new positions a second time. The cache "
+        f"keeps what the forward pass stored ({len(cache)} positions, each once). Call the layer outside the "
+        "checkpointed function when it uses a cache, or without a cache inside it (training on whole sequences "
+        "needs none)"
     )

@@ -119,10 +119,13 @@ class MultiHeadAttention(LayerParameters, nn.Module):
                 padding mask (see docs/mask_convention.md).
             need_weights: True returns the per-head weights; False returns
                 None and takes the fused ``F.scaled_dot_product_attention`` path.
+                Both give the same numbers under every kind of differentiation
+                (higher order, forward mode, ``torch.func``); see
+                ``mha.scaled_dot_product_attention``.
             cache: a ``KVCache`` for incremental decoding (self-attention
                 only). The new keys and values are appended to it, and S
                 becomes the number of cached positions. Nothing is stored
-                when the call raises.
+                when the call raises, wherever it raises.
 
         Returns:
             ``(y, w)``: y (B, T, d_model), and w the per-head weights
@@ -137,15 +140,19 @@ class MultiHeadAttention(LayerParameters, nn.Module):
                 ``causal=True`` or a cache together with a context, new tokens that do not fit the
                 cache (another batch, or past its ``max_len``), a cache that
                 another layer filled.
+            RuntimeError: a call with a cache that gradient checkpointing
+                recomputes in the backward pass (see ``KVCache``).
         """
         keep, causal = self._check_inputs(x, context, causal, mask, need_weights, cache)  # bool or None; bool
         q, k, v = self._project_heads(x, context, keep)  # (B, h, T, d_k), (B, g, S, d_k), (B, g, S, d_k)
         if cache is not None:
-            k, v = cache.update(k, v, layer=self)  # (B, g, S_cached + T, d_k): every position so far
+            k, v = cache._extend(k, v, layer=self)  # (B, g, S_cached + T, d_k): every position so far
         out, w = attend(q, k, v, keep, is_causal=causal, dropout_p=self.dropout if self.training else 0.0,
                         need_weights=need_weights, enable_gqa=self.n_kv_heads != self.h)  # (B, h, T, d_k), (B, h, T, S)
         # The heads side by side again, as mha.merge_heads does: (B, h, T, d_k) -> (B, T, h, d_k) -> (B, T, h*d_k).
         y = self.out(out.transpose(1, 2).flatten(2))  # (B, T, d_model)
+        if cache is not None:  # stored now that the call succeeded: one that raises leaves the cache as it was
+            cache._store(k, v, layer=self)
         return y, w
 
     def _project_heads(self, x, context, keep):

@@ -16,22 +16,33 @@ a re-run change the file when nothing really changed:
   ``--refresh-timing`` to store the new numbers anyway, e.g. after a change that makes
   something faster.
 
+The kernel is ipykernel in the interpreter that runs this script (``sys.executable``), whatever
+"python3" kernelspec Jupyter would find first: one that ``ipykernel install --user`` left from
+another environment, say, which a conda or system Python finds before its own (case C26).
+``--nbval-current-env``, which checks the outputs, uses this interpreter too.
+
 When a cell raises, the notebook is left as it was, and the script says which notebook and
 which cell (its index among all cells, from 0, and its first line), the error, then the cell's
-own traceback without colour codes, and exits with status 1. A kernel that dies, a cell that
-runs past the timeout and a file that is not a notebook get one line each, naming the notebook
-(and the cell), and status 1; a notebook that does not exist is a usage error: one line, status 2.
+own traceback without colour codes, and exits with status 1. A kernel that does not start or
+that dies, a cell that runs past the timeout and a file that is not a notebook get one line
+each, naming the notebook (and the cell, or the interpreter and its last words), and status 1;
+a notebook that does not exist is a usage error: one line, status 2.
 """
 
 import argparse
+import atexit
 import copy
 import json
+import logging
 import re
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import nbformat
+from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
+from jupyter_client.manager import AsyncKernelManager
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 
@@ -39,6 +50,19 @@ HERE = Path(__file__).resolve().parent
 KERNELSPEC = {"display_name": "Python 3", "language": "python", "name": "python3"}
 IGNORE_MARK = "NBVAL_IGNORE_OUTPUT"
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # colour codes in IPython's tracebacks
+
+
+KERNEL = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+QUIET = logging.getLogger("execute.py")  # nbclient and jupyter_client log a failed start: the one line says it
+QUIET.addHandler(logging.NullHandler())
+QUIET.propagate = False
+
+
+class ThisInterpreter(KernelSpecManager):
+    """Kernelspecs with one kernel for every name: ipykernel in this interpreter (``KERNEL``)."""
+
+    def get_kernel_spec(self, kernel_name):
+        return KernelSpec(argv=KERNEL, display_name="Python 3", language="python")
 
 
 class CellFailed(Exception):
@@ -54,27 +78,37 @@ def execute(path: Path, refresh_timing: bool = False, timeout: int = 600) -> Non
     try:
         nb = nbformat.read(path, as_version=4)
     except Exception as err:  # invalid JSON (NotJSONError), not a notebook, unreadable: what nbformat says
-        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise CellFailed(f"{path}: not a notebook nbformat can read ({reason[:200]})") from None
+        raise CellFailed(f"{path}: not a notebook nbformat can read ({first_line(err)[:200]})") from None
     stored = [copy.deepcopy(cell.get("outputs")) for cell in nb.cells]
     committed = committed_sources(path)
     running = []  # the index of each cell as it starts: the last one is the cell that failed, if one does
+    km = AsyncKernelManager(kernel_name="python3", kernel_spec_manager=ThisInterpreter(), log=QUIET)
     client = NotebookClient(
-        nb, timeout=timeout, kernel_name="python3", record_timing=False,
+        nb, km=km, timeout=timeout, record_timing=False, log=QUIET,
         resources={"metadata": {"path": str(path.parent)}},
         # ipykernel 7 logs a warning about TCP without encryption at every start; errors still show.
         extra_arguments=["--IPKernelApp.log_level=ERROR"],
         on_cell_execute=lambda cell, cell_index: running.append(cell_index),
     )
-    try:
-        client.execute()
-    except CellExecutionError as err:
-        raise failed_cell(path, nb, err, running[-1] if running else None) from None
-    except DeadKernelError:
-        died = "the kernel died (os._exit, a crash, or out of memory)"
-        raise CellFailed(f"{path}: {where(nb, running)}: {died}") from None
-    except CellTimeoutError:
-        raise CellFailed(f"{path}: {where(nb, running)} ran past the timeout of {timeout} s") from None
+    with tempfile.TemporaryFile("w+") as kernel_stderr:  # what the kernel process itself prints, outside any cell
+        try:
+            client.execute(stderr=kernel_stderr, cleanup_kc=True)  # (shut the kernel down after, as with its own km)
+        except CellExecutionError as err:
+            raise failed_cell(path, nb, err, running[-1] if running else None) from None
+        except DeadKernelError:
+            died = "the kernel died (os._exit, a crash, or out of memory)"
+            raise CellFailed(f"{path}: {where(nb, running)}: {died}") from None
+        except CellTimeoutError:
+            raise CellFailed(f"{path}: {where(nb, running)} ran past the timeout of {timeout} s") from None
+        except (OSError, RuntimeError) as err:  # the kernel did not start: jupyter_client's words, and the kernel's
+            if running:
+                raise
+            atexit.unregister(client._cleanup_kernel)  # left registered by nbclient; at exit it would fail again
+            raise CellFailed(f"{path}: the kernel did not start ({' '.join(KERNEL[:3])}): "
+                             f"{first_line(err)}{last_words(kernel_stderr)}") from None
+        finally:
+            kernel_stderr.seek(0)
+            sys.stderr.write(kernel_stderr.read())  # (empty after a start that failed: last_words read it)
     nb.metadata = {"kernelspec": KERNELSPEC, "language_info": {"name": "python"}}
     for cell, old in zip(nb.cells, stored):
         cell.metadata.pop("execution", None)
@@ -86,6 +120,20 @@ def execute(path: Path, refresh_timing: bool = False, timeout: int = 600) -> Non
             cell.outputs = old
     nbformat.write(nb, path)
     print(f"executed {path.name}")
+
+
+def first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
+def last_words(stderr) -> str:
+    """'; it said: <its last line>' from what a kernel that did not start printed, or ''; empties the file."""
+    stderr.seek(0)
+    lines = [line.strip() for line in stderr.read().splitlines() if line.strip()]
+    stderr.seek(0)
+    stderr.truncate()
+    return f"; it said: {lines[-1][:300]}" if lines else ""
 
 
 def failed_cell(path: Path, nb, err: CellExecutionError, index: int | None) -> CellFailed:

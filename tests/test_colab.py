@@ -98,6 +98,10 @@ def colab(request, tmp_path_factory):
         "PIP_CONFIG_FILE": os.devnull,  # no pip configuration of this machine (indexes, find-links, constraints)
         "PIP_DISABLE_PIP_VERSION_CHECK": "1",
         "MPLBACKEND": "module://matplotlib_inline.backend_inline",
+        # What a notebook starts by name (`!pip`, `python`) is the runtime's own interpreter, as in Colab, not the one
+        # of the process that started the kernel, which PATH would find first (case C26).
+        "PATH": os.pathsep.join([str(python.parent), os.environ.get("PATH", "")]),
+        "VIRTUAL_ENV": str(venv),
     }
     kernels = root / "kernels"
     online = {**env, "PIP_INDEX_URL": index.as_uri()}  # the local index stands in for PyPI
@@ -197,3 +201,20 @@ def test_an_index_that_cannot_be_reached_is_named_as_such_with_what_to_do(colab)
     assert "Connection refused" in said  # pip's own reason, quoted
     assert "Check that this runtime can reach the internet" in said and "then run this cell again" in said
     assert "not published" not in said and "%pip install" not in said
+
+
+def test_the_kernel_and_what_it_starts_by_name_run_in_the_colab_interpreter(colab):
+    """Case C26's kind: the simulated runtime's kernel is its venv's python, and so are the `python` and `pip` that a
+    notebook's processes find on PATH (this process's own interpreter, found first before, had every package)."""
+    who = ("import shutil, subprocess, sys\n"
+           "print(sys.executable)\n"
+           "print(shutil.which('python'))\n"
+           "print(subprocess.run(['pip', '--version'], capture_output=True, text=True).stdout.split()[3])")
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(who)])
+    folder = colab["root"] / "who"
+    folder.mkdir(exist_ok=True)
+    client(colab, nb, folder, "colab").execute()
+    executable, python, pip = "".join(o.text for o in nb.cells[0].outputs if o.output_type == "stream").split()
+    venv = colab["root"] / "venv"
+    assert executable == str(colab["python"]) and python == str(venv / "bin" / "python")
+    assert pip.startswith(str(venv / "lib")), pip  # pip's package, in the venv's site-packages

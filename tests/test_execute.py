@@ -1,7 +1,10 @@
-"""notebooks/execute.py: a re-run stores the same file unless something really changed."""
+"""notebooks/execute.py: a re-run stores the same file unless something really changed; it runs its own interpreter."""
 
 import importlib.util
 import io
+import json
+import os
+import site
 import subprocess
 import sys
 from pathlib import Path
@@ -168,3 +171,105 @@ def test_C20_a_file_that_is_not_a_notebook_or_does_not_exist_is_one_line(tmp_pat
     status, lines, _ = run_failing(bad, tmp_path / "missing.ipynb")
     assert status == 2 and lines == [f"execute.py: error: no such notebook: {tmp_path / 'missing.ipynb'}"]
     assert bad.read_text() == "not json\n"
+
+
+# --- C26: the kernel is the interpreter that runs execute.py ------------------------------------------------------
+
+WHO = "import sys\nprint(sys.executable)"  # the notebook: which interpreter runs its kernel
+
+
+def another_venv(root: Path) -> Path:
+    """A virtual environment of its own (sys.prefix differs), which imports this one's packages (ipykernel)."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True, timeout=120)
+    (purelib,) = root.glob("lib/python*/site-packages")
+    (purelib / "borrowed.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+    return root / "bin" / "python"
+
+
+def a_plain_python(root: Path) -> Path:
+    """An interpreter that is in no virtual environment (sys.prefix is its installation's), as a system Python or
+    conda's base environment is: this installation's python under another name. PYTHONPATH lends it the packages."""
+    (root / "bin").mkdir(parents=True)
+    python = root / "bin" / "python3"
+    python.symlink_to(getattr(sys, "_base_executable", None) or os.path.realpath(sys.executable))
+    return python
+
+
+def a_user_kernelspec(home: Path, python: Path) -> dict:
+    """A user-level "python3" kernelspec, as `ipykernel install --user` writes it in another environment, and the
+    environment variables that make it this process's user-level Jupyter data."""
+    data = home / ".local" / "share" / "jupyter"
+    (data / "kernels" / "python3").mkdir(parents=True)
+    (data / "kernels" / "python3" / "kernel.json").write_text(json.dumps({
+        "argv": [str(python), "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "Python 3 (another environment)", "language": "python",
+    }))
+    return {"HOME": str(home), "JUPYTER_DATA_DIR": str(data)}
+
+
+def ran_in(python, tmp_path, env) -> str:
+    """Run execute.py with ``python`` on a notebook that prints its kernel's sys.executable; return that."""
+    path = tmp_path / "who.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(WHO)]), path)
+    r = subprocess.run([str(python), str(SCRIPT), str(path)], capture_output=True, text=True, timeout=300,
+                       env={k: v for k, v in env.items() if v is not None})
+    assert r.returncode == 0 and r.stdout == "executed who.ipynb\n", r.stderr[-3000:]
+    (out,) = nbformat.read(path, as_version=4).cells[0].outputs
+    return out.text.strip()
+
+
+def without_jupyter_settings():
+    return {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "CONDA", "VIRTUAL_ENV"))}
+
+
+@pytest.mark.slow
+def test_C26_execute_runs_its_own_interpreter_not_the_python3_kernel_jupyter_finds_first(tmp_path):
+    """The case: Jupyter looks at the user's kernelspecs first (a system Python, conda's base environment, or
+    JUPYTER_PREFER_ENV_PATH=0), where `ipykernel install --user` left another environment's "python3". Before,
+    execute.py ran the notebook there, and CI then checked its outputs in this interpreter."""
+    other = another_venv(tmp_path / "other")
+    env = {**without_jupyter_settings(), **a_user_kernelspec(tmp_path / "home", other), "JUPYTER_PREFER_ENV_PATH": "0"}
+    assert ran_in(sys.executable, tmp_path, env) == sys.executable
+
+
+LAYOUTS = ["virtual environment", "conda base", "system, prefer env 0", "system, prefer env 1"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_C26_execute_runs_its_own_interpreter_in_every_layout(layout, tmp_path):
+    """The neighbours: execute.py started by a venv's python, conda's (base environment, conda-meta/, CONDA_PREFIX),
+    and a system Python with JUPYTER_PREFER_ENV_PATH set either way; each time a user-level "python3" kernelspec
+    names another interpreter (this test's own)."""
+    env = {**without_jupyter_settings(), **a_user_kernelspec(tmp_path / "home", Path(sys.executable))}
+    if layout == "virtual environment":
+        python = another_venv(tmp_path / "venv")
+    else:
+        prefix = tmp_path / layout.split(",")[0]
+        python = a_plain_python(prefix)
+        env["PYTHONPATH"] = os.pathsep.join([*site.getsitepackages(), env.get("PYTHONPATH", "")])
+        if layout == "conda base":
+            (prefix / "conda-meta").mkdir()
+            env.update(CONDA_PREFIX=str(prefix), CONDA_DEFAULT_ENV="base", CONDA_SHLVL="1")
+        else:
+            env["JUPYTER_PREFER_ENV_PATH"] = layout[-1]
+    assert ran_in(python, tmp_path, env) == str(python)
+
+
+@pytest.mark.slow
+def test_C26_a_kernel_that_does_not_start_is_one_line_naming_the_notebook(tmp_path):
+    """Before: nbclient's multi-line traceback ending in "RuntimeError: Kernel died before replying to kernel_info",
+    and another one at exit. Here ipykernel_launcher is shadowed by a module that fails as a missing ipykernel does."""
+    fake = tmp_path / "fake"
+    fake.mkdir()
+    (fake / "ipykernel_launcher.py").write_text(
+        "import sys\nprint('Traceback (most recent call last):', file=sys.stderr)\n"
+        "print(\"ModuleNotFoundError: No module named 'ipykernel'\", file=sys.stderr)\nsys.exit(1)\n")
+    path, before = notebook(tmp_path, "print('never')")
+    r = subprocess.run([sys.executable, str(SCRIPT), str(path)], capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "PYTHONPATH": os.pathsep.join([str(fake), os.environ.get("PYTHONPATH", "")])})
+    assert r.returncode == 1 and r.stdout == "" and path.read_bytes() == before
+    assert r.stderr.splitlines() == [
+        f"execute.py: {path}: the kernel did not start ({sys.executable} -m ipykernel_launcher): Kernel died before "
+        "replying to kernel_info; it said: ModuleNotFoundError: No module named 'ipykernel' (the notebook was not "
+        "changed)"]
