@@ -207,10 +207,8 @@ def attend(q, k, v, keep, is_causal=False, scale=None, dropout_p=0.0, need_weigh
         keep = keep | ~has_key
         q = torch.where(has_key, q, 0.0)
 
-    if fused:
-        out, weights = _fused(q, k, v, keep, kernel_causal, scale, dropout_p, enable_gqa), None
-    else:
-        out, weights = _explicit(q, k, v, keep, scale, dropout_p, enable_gqa)  # (..., T, d_v), (..., T, S)
+    out, weights = ((_fused(q, k, v, keep, kernel_causal, scale, dropout_p, enable_gqa), None) if fused
+                    else _explicit(q, k, v, keep, scale, dropout_p, enable_gqa))  # (..., T, d_v), (..., T, S)
     if has_key is not None:  # where, not *: 0 * NaN would be NaN
         out = torch.where(has_key, out, 0.0)
         weights = None if weights is None else torch.where(has_key, weights, 0.0)
