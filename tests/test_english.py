@@ -213,15 +213,15 @@ FOUND_IN = {"previous word": [0, 1, 2, 3, 4], "two words back": [2], "noun -> it
             "object -> its verb": [0, 1, 2, 3, 4], "object -> its preposition": [],
             "it/its -> last singular noun": [0, 4], "he/him/his -> last name": [],
             "they/them/their -> last plural noun": [], "any word -> last noun (control)": [], "copying (induction)": []}
-FOUND_PHRASES = ("In 5 of 5 seeds it finds a head from a noun to its determiner",
-                 "In 5 of 5 seeds one head sends a noun's attention to its determiner",
-                 "a possessor head passes the bar in 2 of 5 seeds (0 and 3), an auxiliary head in 1 of 5 (seed 2), "
-                 "subjects and objects of prepositions in 0 of 5", "In 5 of 5 seeds there is a previous-word head",
-                 "two words back passes the bar in 1 of 5 seeds (seed 2)",
+FOUND_PHRASES = ("In each of the five seeds it finds a head from a noun to its determiner",
+                 "In each of the five seeds one head sends a noun's attention to its determiner",
+                 "a possessor head passes the bar in seeds 0 and 3, an auxiliary head in seed 2 only, subjects and "
+                 "objects of prepositions in none", "In each of the five seeds there is a previous-word head",
+                 "two words back passes the bar in seed 2 only",
                  "The pronoun proxies pass the bar 2 times in 15 (it/its in seeds 0 and 4",
-                 "he/him/his and they/them/their in 0 of 5 seeds", "**Copying on text that repeats: not found**, in 0 "
-                 "of 5 seeds", "passes the bar of section 5 in none of the five seeds", "Three rows stand out in all "
-                 "five seeds", "These are five seeds")
+                 "he/him/his and they/them/their in none of the five seeds", "**Copying on text that repeats: not "
+                 "found**, in none of the five seeds", "passes the bar of section 5 in none of the five seeds",
+                 "Three rows stand out in all five seeds", "These are five seeds")
 # pattern: the phrase giving its chosen heads' range of raw weight, then of baseline (uniform for a distance)
 RANGES = {"noun -> its determiner": "(0.22 to 0.32 of its weight, against 0.07 to 0.11",
           "object -> its verb": "(0.20 to 0.37 against 0.07 to 0.13)",
