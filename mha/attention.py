@@ -183,7 +183,9 @@ def attend(q, k, v, keep, is_causal=False, scale=None, dropout_p=0.0, need_weigh
     scale = 1.0 / math.sqrt(q.size(-1)) if scale is None else scale
     # PyTorch's fused kernels have no forward-mode derivative, and no second derivative under torch.func: under
     # forward-mode AD or a torch.func transform the fused path runs the explicit path's code (the same numbers).
-    fused = not need_weights and forward_ad._current_level < 0 and torch._C._functorch.peek_interpreter_stack() is None
+    # A graph being compiled or exported skips the two probes, which torch 2.6's dynamo cannot trace.
+    fused = not need_weights and (torch.compiler.is_compiling() or forward_ad._current_level < 0
+                                  and torch._C._functorch.peek_interpreter_stack() is None)
     if keep is not None:
         # A key no query may look at must not reach the output, not even as 0 * NaN: zero it and its value.
         k, v = _zero_unseen_keys(keep, k, v, enable_gqa)
@@ -254,10 +256,10 @@ def _explicit_grouped(q, k, v, keep, scale, dropout_p):
 
 
 def _fused(q, k, v, keep, is_causal, scale, dropout_p, enable_gqa):
-    if keep is not None and keep.dim() < 2:  # PyTorch wants at least a (T, S) mask
-        keep = keep.expand(q.size(-2), k.size(-2))
+    keep = keep.expand(q.size(-2), k.size(-2)) if keep is not None and keep.dim() < 2 else keep  # at least (T, S)
     out = F.scaled_dot_product_attention(
-        q, k, v, attn_mask=keep, dropout_p=dropout_p, is_causal=is_causal, scale=scale, enable_gqa=enable_gqa
+        q, k, v, attn_mask=keep, dropout_p=dropout_p, is_causal=is_causal, scale=scale,
+        enable_gqa=True if enable_gqa else False,  # torch 2.6's dynamo may hand a SymBool, which sdpa refuses
     )
     # A fused kernel's backward node (not the math kernel's; none in a compiled graph) gets its second derivative.
     if (node := None if torch.compiler.is_compiling() else out.grad_fn) and node.name().startswith("ScaledDotProduct"):
