@@ -127,8 +127,10 @@ def main(argv: list[str] | None = None) -> dict:
         "peak_bytes": memory,
         "head_view": views,
         "head_view_machine": info,
+        "head_view_apart": False,
         "cross_attention": cross,
         "cross_attention_machine": info,
+        "cross_attention_apart": False,
         "targets": targets,
     }
     return write(args, report, results)
@@ -148,14 +150,16 @@ def merge_apart(args, cfg: Config, info: dict) -> dict:
     if args.only_head_view:
         views = time_head_views(recorded)
         targets = [row for row in results["targets"] if not row["target"].startswith("head view")]
-        results.update(head_view=views, head_view_machine=info, targets=targets + head_view_targets(views))
+        results.update(head_view=views, head_view_machine=info, head_view_apart=True,
+                       targets=targets + head_view_targets(views))
     else:
         results.update(cross_attention=time_cross_attention(recorded, torch.device(args.device)),
-                       cross_attention_machine=info)
+                       cross_attention_machine=info, cross_attention_apart=True)
     if hasattr(os, "getloadavg"):
         info["load_average_at_end"] = round(os.getloadavg()[0], 2)
-    apart = {part: None if results.get(f"{part}_machine", results["machine"]) == results["machine"]
-             else results[f"{part}_machine"] for part in ("head_view", "cross_attention")}
+    # Flagged, not inferred from the machine info: a quick rerun can match the first run's minute and load average.
+    apart = {part: results[f"{part}_machine"] if results.get(f"{part}_apart") else None
+             for part in ("head_view", "cross_attention")}
     extra = (head_view_markdown(results["head_view"], apart["head_view"])
              + cross_markdown(results.get("cross_attention"), apart["cross_attention"]))
     report = markdown(recorded, results["machine"], results["time_s"], results["decode_s"], results["decode_step_s"],
