@@ -43,8 +43,9 @@ class KVCache:
     cache, as beam search needs to fork a hypothesis: copies of the keys and
     values (``clone()``, so gradients still flow back into the prefix that
     computed them), the same ``max_len``, and the same owner layer, not a copy
-    of it. Stepping the copy leaves the original as it was, and the other way
-    round.
+    of it; but a ``deepcopy`` that copies the owner layer too (a model that
+    keeps its caches, deep-copied whole) gives the copy to the copied layer.
+    Stepping the copy leaves the original as it was, and the other way round.
 
     A cache never holds a position twice. ``MultiHeadAttention`` stores a
     call's positions when the call returns, so a call that raises on the way
@@ -272,8 +273,11 @@ class KVCache:
         return new
 
     def __deepcopy__(self, memo) -> KVCache:
-        """As ``copy.copy``: the tensors are copied; the owner layer is not (the copy serves the same layer)."""
-        return self.__copy__()
+        """As ``copy.copy``: the tensors are copied; the owner layer is not (the copy serves the same layer), unless
+        this deepcopy has copied it already (a model deep-copied with its caches): then the copy serves the copy."""
+        new = self.__copy__()
+        new._layer = memo.get(id(self._layer), self._layer)
+        return new
 
     def __len__(self) -> int:
         """Number of cached positions S."""
