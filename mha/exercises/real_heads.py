@@ -9,7 +9,9 @@ the raw weight, the head of another pattern, or by how much it falls short), nev
 
 from __future__ import annotations
 
-import numbers
+import operator
+
+import torch
 
 from ._core import NOT_DONE, PASSED, WRONG, CheckResult
 
@@ -64,11 +66,11 @@ def check_head(answer, scores, pattern: str, *, reveal: bool = False) -> CheckRe
     if answer is None:
         return CheckResult(False, f"{NOT_DONE} {name} is not answered yet: set `answer` and run the check again."
                            + shown)
-    if (not isinstance(answer, (tuple, list)) or len(answer) != 2
-            or not all(isinstance(a, numbers.Integral) and not isinstance(a, bool) for a in answer)):
+    indices = _indices(answer)
+    if indices is None:
         got = repr(answer) if not isinstance(answer, (tuple, list)) else f"{type(answer).__name__} {answer!r}"
         return _wrong(name, "not a head", shown, got=got)
-    answer = (int(answer[0]), int(answer[1]))
+    answer = indices
     if answer == right:
         gap = float(score.raw[right] - score.base[right])
         return CheckResult(True, f"{PASSED} {name} is {answer}: it puts {float(score.raw[right]):.2f} of its weight "
@@ -97,6 +99,19 @@ def check_head(answer, scores, pattern: str, *, reveal: bool = False) -> CheckRe
     else:
         ratio = "larger"
     return _wrong(name, "short", shown, raw=raw, base=base, gap=gap, ratio=ratio)
+
+
+def _indices(answer) -> tuple[int, int] | None:
+    """A (layer, head) answer as two ints, or None. Integers of any kind count, 0-dim integer tensors and NumPy
+    ints too (``torch.unravel_index`` gives a pair of tensors; case C15's kind); a bool or a float does not."""
+    if not isinstance(answer, (tuple, list)) or len(answer) != 2:
+        return None
+    if any(isinstance(a, bool) or isinstance(a, torch.Tensor) and a.dtype == torch.bool for a in answer):
+        return None
+    try:
+        return operator.index(answer[0]), operator.index(answer[1])
+    except TypeError:
+        return None
 
 
 def _wrong(name, key, shown, **fields):
