@@ -80,7 +80,7 @@ def check_answer(answer, expected, *, name: str, tol: float = 0.0, hint="", reve
         mine, problem = _as_number(given[key])
         if problem:
             wrong.append(f"{label}{problem}")
-        elif not abs(mine - value) <= tol:  # also catches NaN
+        elif not _within(mine, value, tol):  # also catches NaN
             wrong.append(f"{label}yours, {_fmt(mine)}, is {_how_far(mine, value, tol)}"
                          + (f". {hints[key]}" if key in hints else ""))
     within = "exactly" if tol == 0 else f"to within {tol:g}"
@@ -119,6 +119,13 @@ def _as_number(value):
     if isinstance(value, (list, tuple)):
         return None, f"a {type(value).__name__}: give one number, not a {type(value).__name__} of them"
     return None, f"a {type(value).__name__}, not a real number: pass a Python int or float"
+
+
+def _within(mine, value, tol) -> bool:
+    try:
+        return abs(mine - value) <= tol
+    except OverflowError:  # an int too large for a float, against a float: no float is within any tol of it
+        return False
 
 
 def _describe(value) -> str:
