@@ -7,6 +7,8 @@ this module works and drawing raises ModuleNotFoundError naming the extra to ins
 from __future__ import annotations
 
 import math
+import numbers
+import operator
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -72,13 +74,18 @@ def plot_heads(
         heatmaps on the colour scale 0 to vmax.
 
     Raises:
-        TypeError: tokens, key_tokens or head_names is a single string.
+        TypeError: tokens, key_tokens or head_names is a single string, or
+            batch_index is not an int.
         ValueError: weights is not 3-D or 4-D or holds NaN (names where),
             batch_index is out of range, ncols is not positive, vmax is not
             a positive finite number, or the labels don't match h, T or S.
         ModuleNotFoundError: matplotlib is not installed (names the extra).
     """
     w = _as_numpy(weights)
+    index = _index(batch_index)
+    if index is None:
+        raise TypeError(f"batch_index must be an int, got {type(batch_index).__name__} {batch_index!r}")
+    batch_index = index
     if w.ndim == 4:
         if not -w.shape[0] <= batch_index < w.shape[0]:
             raise ValueError(f"batch_index={batch_index} is out of range for batch size {w.shape[0]}")
@@ -97,9 +104,10 @@ def plot_heads(
     _check_labels(key_tokens, S, "key_tokens", "S")
     head_names = head_names or [f"head {i}" for i in range(h)]
     _check_labels(head_names, h, "head_names", "h")
-    ncols = min(h, 4) if ncols is None else ncols
-    if isinstance(ncols, bool) or not isinstance(ncols, int) or ncols < 1:
+    columns = min(h, 4) if ncols is None else _index(ncols)
+    if columns is None or columns < 1:
         raise ValueError(f"ncols must be a positive int, got {ncols!r}")
+    ncols = columns
     nrows = math.ceil(h / ncols)
     if size is None:
         size = min(2.6, 8.0 / ncols)
@@ -108,8 +116,11 @@ def plot_heads(
         shown = w[has_choice] if has_choice.any() else w
         vmax = float(shown.max()) if shown.size else 1.0
         vmax = vmax if vmax > 0 else 1.0  # all-zero weights (every key blocked): any scale will do
-    elif isinstance(vmax, bool) or not isinstance(vmax, (int, float)) or not 0 < vmax < math.inf:
-        raise ValueError(f"vmax must be a positive finite number or None, got {vmax!r}")
+    else:
+        top = _real(vmax)
+        if top is None or not 0 < top < math.inf:
+            raise ValueError(f"vmax must be a positive finite number or None, got {vmax!r}")
+        vmax = top
     plt = pyplot("plot_heads")
     fig, axes = plt.subplots(
         nrows, ncols, figsize=(size * ncols + 0.8, size * nrows + 0.4), squeeze=False,
@@ -178,6 +189,24 @@ def plot_mask(
     if title:
         ax.set_title(title)
     return fig
+
+
+def _index(value) -> int | None:
+    """value as an int (a NumPy int or a 0-dim integer tensor too), or None; a bool is not an index here."""
+    if isinstance(value, bool) or isinstance(value, torch.Tensor) and value.dtype == torch.bool:
+        return None
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
+
+
+def _real(value) -> float | None:
+    """value as a float when it is one real number (a NumPy scalar or a one-element tensor too), or None."""
+    if isinstance(value, torch.Tensor):
+        ok = value.numel() == 1 and not (value.dtype == torch.bool or value.is_complex())
+        return float(value) if ok else None
+    return float(value) if isinstance(value, numbers.Real) and not isinstance(value, bool) else None
 
 
 def _as_numpy(t: torch.Tensor):
