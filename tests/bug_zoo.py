@@ -177,6 +177,15 @@ def attention_fill_minus_1e9(q, k, v, mask=None):
     return weights @ v, weights
 
 
+def attention_scales_q_in_place(q, k, v, mask=None):
+    q /= math.sqrt(q.size(-1))  # BUG: right values, but the caller's q is scaled too (and backward breaks)
+    scores = q @ k.transpose(-2, -1)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = F.softmax(scores, dim=-1)
+    return weights @ v, weights
+
+
 def attention_float32_mask_added(q, k, v, mask=None):
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
     if mask is not None:
@@ -305,6 +314,7 @@ ZOO = {
         (attention_four_dims_only, None, "assumes 4 dims"),
         (attention_einsum_four_dims, None, "an einsum without '...'"),
         (attention_fill_minus_1e9, None, "-1e9 does not fit"),
+        (attention_scales_q_in_place, None, "changes q in place"),
         (attention_float32_mask_added, None, "This probe is torch.float16"),
         (attention_mask_given_four_dims, None, "mask was given leading dims"),
         (attention_in_float32, None, "torch.float32 for torch.float64 inputs"),

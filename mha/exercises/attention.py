@@ -116,8 +116,8 @@ def check_attention(fn) -> str:
     blocked), "float mask" (the 0/1 mask added to the scores, which blocks
     nothing) and "value" (K where V belongs); also recognises a mask that is
     ignored, applied after the softmax, or filled with 0 instead of -inf, a
-    fill value that overflows float16, dims counted from the front, and a
-    result cast to another dtype.
+    fill value that overflows float16, dims counted from the front, a
+    result cast to another dtype, and inputs changed in place.
 
     Returns:
         A :class:`CheckResult`; a stub that raises NotImplementedError gives
@@ -129,6 +129,10 @@ def check_attention(fn) -> str:
     for q, k, v, keep, probe, hint in _probes():
         args = (q.clone(), k.clone(), v.clone()) + (() if keep is None else (keep.clone(),))
         result = call(fn, *args, what="your attention", probe=probe, hint=hint)
+        changed = [name for name, given, kept in zip(("q", "k", "v", "the mask"), args, (q, k, v, keep))
+                   if not torch.equal(given, kept)]
+        if changed:
+            raise Mistake(say("inputs changed in place", names=" and ".join(changed)), probe=probe)
         out, weights = expect_pair(result, "attention", "(out, weights)", probe, dtype=q.dtype)
         right_out, right_w = attend(q, k, v, keep)
         if right_out.shape != right_w.shape and out.shape == right_w.shape and weights.shape == right_out.shape:

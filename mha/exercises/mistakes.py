@@ -137,6 +137,9 @@ EXPLAIN = {
     "is NaN: use torch.zeros(T, S).masked_fill(~keep, float('-inf')), or return ~keep.",
     "mask keys by queries": "the mask has shape {got}, keys by queries; attn_mask is (T, S) = {want}, one row per "
     "query, like the keep-mask.",
+    "inputs changed in place": "your function changes {names} in place (an in-place op on an input, such as q /= "
+    "... or q.mul_(...)): the caller's tensors are then changed too, and under autograd such a change raises in "
+    "the backward pass. Compute new tensors (q = q / ...) and leave the inputs as they were.",
     "mask changed in place": "your function changes the keep-mask it is given (in place); return a new tensor and "
     "leave the caller's mask as it was.",
     "float mask dtype": "A float attn_mask must have the dtype of the module's inputs (float32 here), and yours is "
