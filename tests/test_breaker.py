@@ -76,6 +76,35 @@ def test_deepcopy_of_a_layer_and_its_cache_together():
     assert_close(m2(x[:, 4:], cache=cache2)[0], m(x)[0][:, 4:])
 
 
+# -- 1b. NaN in padded rows of x: the recipe "for NaN-free gradients" leaves qkv.weight's gradient NaN --------------
+
+
+@pytest.mark.parametrize("need_weights", [True, False], ids=["explicit", "fused"])
+@pytest.mark.parametrize("n_kv_heads", [4, 2], ids=["mha", "gqa"])
+def test_the_recipe_for_nan_free_gradients_gives_nan_free_parameter_gradients(n_kv_heads, need_weights):
+    # padding_mask's docstring: "For NaN-free gradients mask the padded queries too: keep = pad[:, None, :, None] &
+    # pad[:, None, None, :]". x's gradient is then finite, but qkv.weight's is NaN (qkv runs on the NaN rows, and
+    # x.T @ grad is 0 * NaN there), so the first optimizer step makes the layer NaN. Cross-attention already zeroes
+    # the context rows that no query may see for exactly this reason (MultiHeadAttention._project_context), and its
+    # qkv.weight gradient is finite; nn.MultiheadAttention's in_proj_weight gradient is NaN too (it has no such
+    # step). Only docs/mask_convention.md says to replace the rows by hand.
+    m = mha.MultiHeadAttention(16, 4, n_kv_heads=n_kv_heads, dtype=torch.float64)
+    pad = mha.padding_mask([5, 3])
+    x = torch.randn(2, 5, 16, dtype=torch.float64)
+    x[1, 3:] = float("nan")
+    keep = pad[:, None, :, None] & pad[:, None, None, :]
+    y, _ = m(x, mask=keep, causal=False, need_weights=need_weights)
+    (y * pad[..., None]).nan_to_num(0.0).pow(2).sum().backward()  # a loss on the real tokens only
+    assert not [n for n, p in m.named_parameters() if not p.grad.isfinite().all()]
+    # and they are the gradients of the same loss with the padded rows zeroed by hand (the docs' workaround)
+    grads = [p.grad.clone() for p in m.parameters()]
+    m.zero_grad()
+    y, _ = m(x.masked_fill(~pad[..., None], 0.0), mask=keep, causal=False, need_weights=need_weights)
+    (y * pad[..., None]).pow(2).sum().backward()
+    for got, want in zip(grads, [p.grad for p in m.parameters()]):
+        assert_close(got, want)
+
+
 # -- 2. check_head rejects the right head given as tensors (case C15's kind) -------------------------------------
 
 
