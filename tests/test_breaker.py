@@ -233,6 +233,15 @@ def test_plot_heads_takes_numpy_and_tensor_scalars():
 # -- 5. exercise checkers ---------------------------------------------------------------------------------------------
 
 
+def test_english_load_refuses_a_seed_that_is_not_an_int_clearly():
+    # load(1.0) and load(True) passed `seed in SEEDS` (1.0 == 1, True == 1) and raised FileNotFoundError for
+    # mha/data/english/weights_seed1.0.pt and weights_seedTrue.pt; load("1") gets the clear ValueError.
+    from mha import english
+
+    for seed in (1.0, True):
+        raises_clearly(lambda s=seed: english.load(s), r"seed")
+
+
 def test_check_answer_never_raises_on_a_huge_int():
     # "the learner's answer never makes it raise": 2**1024 against a float raised OverflowError (int too large to
     # convert to float) in the comparison, before the message code that already catches it.
