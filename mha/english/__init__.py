@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import json
+import numbers
 from importlib import resources
 
 import torch
@@ -50,8 +51,9 @@ def load(seed: int) -> WordLM:
     Raises:
         ValueError: no weights ship for that seed.
     """
-    if seed not in SEEDS:
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed not in SEEDS:  # 1.0 == True == 1
         raise ValueError(f"weights ship for seeds {SEEDS}, not for seed {seed!r}")
+    seed = int(seed)
     with _file(f"weights_seed{seed}.pt").open("rb") as f:
         state = torch.load(f, weights_only=True)
     model = WordLM(**CONFIG)
