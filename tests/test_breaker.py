@@ -105,6 +105,37 @@ def test_the_recipe_for_nan_free_gradients_gives_nan_free_parameter_gradients(n_
         assert_close(got, want)
 
 
+# -- 1c. case C25's kind under gradient checkpointing ---------------------------------------------------------------
+
+
+def test_a_gradient_penalty_through_a_checkpointed_fused_layer_equals_the_explicit_path():
+    # C25's must: "the fused path gives the explicit path's numbers under every kind of differentiation that the
+    # explicit path supports, or refuses in one clear message that names need_weights=True". Through
+    # torch.utils.checkpoint(use_reentrant=False) the explicit path's gradient penalty equals the uncheckpointed one
+    # (0.0), but the fused path raised torch's "CheckpointError: Unpack is being triggered for a tensor that was
+    # already unpacked once" at mha/attention.py (_differentiable_backward reads node._saved_query after the fused
+    # backward has unpacked it), already at the create_graph=True first derivative.
+    from torch.utils.checkpoint import checkpoint
+
+    m = mha.MultiHeadAttention(16, 4, dtype=torch.float64)
+    x = torch.randn(2, 5, 16, dtype=torch.float64, requires_grad=True)
+
+    def penalty_grad(need_weights, ckpt):
+        f = lambda t: m(t, need_weights=need_weights)[0]  # noqa: E731
+        y = checkpoint(f, x, use_reentrant=False) if ckpt else f(x)
+        g, = torch.autograd.grad(y.pow(2).sum(), x, create_graph=True)
+        return torch.autograd.grad(g.pow(2).sum(), x)[0]
+
+    expected = penalty_grad(True, ckpt=False)
+    assert_close(penalty_grad(True, ckpt=True), expected)
+    try:
+        got = penalty_grad(False, ckpt=True)
+    except (ValueError, TypeError, RuntimeError) as err:
+        assert "need_weights=True" in str(err), f"{type(err).__name__}: {err}"
+    else:
+        assert_close(got, expected)
+
+
 # -- 2. check_head rejects the right head given as tensors (case C15's kind) -------------------------------------
 
 
