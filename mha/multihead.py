@@ -116,7 +116,8 @@ class MultiHeadAttention(LayerParameters, nn.Module):
                 queries' NaN weights reach every key's gradient): mask the
                 padded queries too, ``keep = pad[:, None, :, None] &
                 pad[:, None, None, :]`` (B, 1, T, S), ``pad`` the (B, S)
-                padding mask (see docs/mask_convention.md).
+                padding mask (the mask convention page:
+                https://transformer-on-ramp.github.io/mha/mask_convention.html).
             need_weights: True returns the per-head weights; False returns
                 None and takes the fused ``F.scaled_dot_product_attention`` path.
                 Both give the same numbers under every kind of differentiation
