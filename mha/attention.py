@@ -68,7 +68,8 @@ def scaled_dot_product_attention(
             PyTorch's fused kernels have a first derivative only, so there
             the fused path routes around them: a second derivative goes
             through PyTorch's math kernel, forward mode and ``torch.func``
-            through the explicit path's code (docs/compatibility.md).
+            through the explicit path's code (the compatibility page:
+            https://transformer-on-ramp.github.io/mha/compatibility.html).
         enable_gqa: grouped-query attention: k and v have g heads in dim -3,
             q has h, and g divides h. Query head i uses K/V head i // (h/g).
 

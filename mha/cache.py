@@ -16,7 +16,14 @@ class KVCache:
     change, so recomputing them at every step is wasted work. Pass one cache
     per layer as ``MultiHeadAttention.forward(x, cache=cache)``: each call
     appends the new tokens' K and V, and its queries attend to everything
-    cached plus themselves (causally, aligned bottom-right).
+    cached plus themselves (causally, aligned bottom-right). A mask covers
+    every key, cached ones included: S = ``len(cache)`` + the new tokens. For
+    padded prompts, with ``pad`` the (B, S_max) padding mask of the whole
+    sequences::
+
+        cache = mha.KVCache()
+        for t in range(T):
+            y, _ = m(x[:, t : t + 1], mask=pad[:, None, None, : t + 1], cache=cache)
 
     Two ways to store them:
 

@@ -116,7 +116,8 @@ class MultiHeadAttention(LayerParameters, nn.Module):
                 queries' NaN weights reach every key's gradient): mask the
                 padded queries too, ``keep = pad[:, None, :, None] &
                 pad[:, None, None, :]`` (B, 1, T, S), ``pad`` the (B, S)
-                padding mask (see docs/mask_convention.md).
+                padding mask (the mask convention page:
+                https://transformer-on-ramp.github.io/mha/mask_convention.html).
             need_weights: True returns the per-head weights; False returns
                 None and takes the fused ``F.scaled_dot_product_attention`` path.
                 Both give the same numbers under every kind of differentiation
@@ -242,10 +243,10 @@ class MultiHeadAttention(LayerParameters, nn.Module):
 
     def _check_input(self, name, t):
         if not isinstance(t, torch.Tensor):
-            tensor(name, t)
+            tensor(name, t, _positional_hint(name, t))
         if t.dim() != 3 or t.size(-1) != self.d_model:
             raise ValueError(f"{name} must be (B, {'T' if name == 'x' else 'S'}, d_model={self.d_model}), "
-                             f"got shape {tuple(t.shape)}")
+                             f"got shape {tuple(t.shape)}{_positional_hint(name, t)}")
         if not t.is_floating_point():
             raise TypeError(f"{name} must be a floating tensor, got {t.dtype}")
         weight = self.qkv.weight if type(self.qkv) is nn.Linear else _weight(self.qkv)
@@ -300,9 +301,23 @@ def _refuse_cache(context, cache):
     raise TypeError(f"cache must be an mha.KVCache, got {type(cache).__name__}")
 
 
+def _positional_hint(name, t):
+    # The article's forward is (x, causal=True): m(x, False) or m(x, mask) lands on context here.
+    if name != "context" or isinstance(t, torch.Tensor) and t.dim() == 3 and t.dtype != torch.bool:
+        return ""
+    return ("; context, the second positional argument, is the sequence that cross-attention reads: pass causal "
+            "and mask by name, m(x, causal=False) or m(x, mask=keep)")
+
+
 def _mask_hint(shape, B, T, S):
     if shape == (B, S):
         return "; a (B, S) padding mask goes in as mask[:, None, None, :]"
     if shape == (B, T, S):
         return "; a per-sample (B, T, S) mask goes in as mask[:, None]"
+    if shape == (B, 1, S):
+        return "; a (B, 1, S) padding mask goes in as mask[:, None]"
+    if shape and shape[-1] != S and S != T:
+        return f"; its last dim is the keys: S = {S} here, against T = {T} queries"
+    if shape and shape[-1] != S:
+        return f"; its last dim is the keys, S = {S} here (for mha.padding_mask(lengths), pass S={S})"
     return ""

@@ -63,10 +63,10 @@ def dropout(p) -> None:
         raise ValueError(f"dropout must be in [0, 1), got {p}")
 
 
-def tensor(name: str, t) -> None:
-    """Raise TypeError unless ``t`` is a tensor."""
+def tensor(name: str, t, hint: str = "") -> None:
+    """Raise TypeError unless ``t`` is a tensor; ``hint`` ends the message."""
     if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}{hint}")
 
 
 def sequence(name: str, values, what: str) -> list:

@@ -39,6 +39,11 @@ def split_heads_four_wide(x, h):
     return x.view(B, T, -1, 4).transpose(1, 2)  # SIZE: d_k = 4 (notebook 02's), whatever h is
 
 
+def split_heads_sizes_swapped(x, h):
+    B, T, D = x.shape
+    return x.view(B, T, D // h, h).transpose(1, 2)  # BUG: (B, T, d_k, h), d_k heads of width h (a learner's)
+
+
 def split_heads_squeezed(x, h):
     B, T, D = x.shape
     return x.view(B, T, h, D // h).transpose(1, 2).squeeze()  # SIZE: drops B and h when they are 1
@@ -289,6 +294,7 @@ ZOO = {
         (split_heads_transpose_forgotten, "transpose", "add .transpose(1, 2)"),
         (split_heads_every_hth_column, None, "every h-th column"),
         (split_heads_four_wide, None, "whatever h is"),
+        (split_heads_sizes_swapped, None, "the sizes in your view are swapped"),
         (split_heads_squeezed, None, ".squeeze() drops every dim of size 1"),
         (split_heads_in_float32, None, "torch.float32 for torch.float64 inputs"),
     ],

@@ -77,11 +77,11 @@ def check_split_heads(fn) -> str:
         right = _split_reference(x, h)
         if matches(y, right):
             continue
-        _diagnose_split(y, x, right, B, T, h, d_k, probe)
+        _diagnose_split(fn, y, x, right, B, T, h, d_k, probe)
     return "(B, T, h·d_k) -> (B, h, T, d_k) on 4 probes, e.g. (2, 5, 12) with h=3 -> (2, 3, 5, 4)."
 
 
-def _diagnose_split(y, x, right, B, T, h, d_k, probe):
+def _diagnose_split(fn, y, x, right, B, T, h, d_k, probe):
     sizes = f" = {shape(B, h, T, d_k)}"
     if matches(y, x.reshape(B, h, T, d_k)):
         raise Mistake(say("split without transpose", sizes=sizes), "transpose", probe=probe)
@@ -91,12 +91,25 @@ def _diagnose_split(y, x, right, B, T, h, d_k, probe):
         raise Mistake(say("split interleaved"), probe=probe)
     for other in range(1, h * d_k + 1):
         if other != h and (h * d_k) % other == 0 and matches(y, _split_reference(x, other)):
+            if other == d_k and _width_is_h(fn):  # (B, T, d_k, h): not a number written into the code
+                raise Mistake(say("split sizes swapped", d_k=d_k, h=h), probe=probe)
             raise Mistake(say("fixed heads", got=f"{other} head{'s' if other > 1 else ''}", h=other), probe=probe)
     try:
         _squeezed(y, right, "split_heads(x, h)", "B h T d_k")
     except Mistake as m:
         raise Mistake(m.message, probe=probe) from None
     raise Mistake(difference(y, right, "split_heads(x, h)"), probe=probe)
+
+
+def _width_is_h(fn) -> bool:
+    """Whether fn splits a (1, 2, 6) x with h=2 into 3 heads of width 2, as a view (B, T, d_k, h) does: a fixed
+    number of heads or a fixed width (both 4, say) would not."""
+    x = _data(1, 2, 6, seed=9)
+    try:
+        y = fn(x.clone(), 2)
+    except Exception:  # the learner's code: any error means it is not the swap
+        return False
+    return isinstance(y, torch.Tensor) and tuple(y.shape) == (1, 3, 2, 2) and matches(y, _split_reference(x, 3))
 
 
 @checker("merge_heads", "fn(x)")

@@ -56,6 +56,8 @@ EXPLAIN = {
     "not (B, T, d_k, h).",
     "heads summed": "you {how} the heads, which throws away what each head found: the heads must be concatenated "
     "(concat), each token's h outputs side by side, (B, T, h·d_k){sizes}.",
+    "split sizes swapped": "you get d_k = {d_k} heads of width h = {h}, not h heads of width d_k: the sizes in "
+    "your view are swapped, (B, T, d_k, h).",
     "fixed heads": "you split into {got} whatever h is: it works only when h = {h}. Use the argument h "
     "(and d_k = x.size(-1) // h), not a number from the notebook.",
     "squeeze": "{what} has shape {got}: .squeeze() drops every dim of size 1, and here {dims} 1. Squeeze a named "
