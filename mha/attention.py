@@ -22,6 +22,7 @@ import torch
 import torch.autograd.forward_ad as forward_ad
 import torch.nn.functional as F
 from torch.fx.experimental.symbolic_shapes import statically_known_true
+from torch.utils.checkpoint import CheckpointError
 
 from .masks import _causal_mask, as_keep_mask
 from .precision import HALF, autocast_dtype, autocast_inputs
@@ -289,7 +290,15 @@ def _differentiable_backward(grad_inputs, grad_outputs):
             "use need_weights=True, which supports every kind of differentiation"
         )
     # Aliases, so that q, k and v get their own gradients even when they are one tensor (self-attention on x).
-    q, k, v = (t.view_as(t) for t in (node._saved_query, node._saved_key, node._saved_value))
+    try:
+        q, k, v = (t.view_as(t) for t in (node._saved_query, node._saved_key, node._saved_value))
+    except CheckpointError:  # the fused backward has unpacked them, and a checkpoint lets that happen only once
+        raise RuntimeError(
+            "a gradient of a gradient through attention on the fused path (need_weights=False) inside "
+            "torch.utils.checkpoint: PyTorch's fused kernel has no second derivative, and under a checkpoint q, k "
+            "and v cannot be read a second time to compute it with the math kernel; use need_weights=True, which "
+            "supports every kind of differentiation"
+        ) from None
     mask = getattr(node, "_saved_attn_mask", getattr(node, "_saved_attn_bias", None))
     with torch.enable_grad():
         out, _ = torch.ops.aten._scaled_dot_product_attention_math(

@@ -29,8 +29,11 @@ def as_keep_mask(mask: torch.Tensor, device: torch.device | str | None = None) -
         A bool tensor of the same shape, True = may attend.
 
     Raises:
-        TypeError: ``mask`` is not a tensor, or is complex.
-        ValueError: an integer or float mask holds values other than 0 and 1.
+        TypeError: ``mask`` is not a tensor, is complex, or is not dense
+            (a sparse mask: pass ``mask.to_dense()``).
+        ValueError: an integer or float mask holds values other than 0 and 1;
+            a mask on the meta device for a ``device`` that is not (a meta
+            mask holds no values; for a meta layer it gives the shapes).
             An additive float mask (0 = attend, -inf = blocked, the style of
             ``F.scaled_dot_product_attention``'s float masks) lands here: it is
             never reinterpreted silently. Convert it with ``additive == 0``.
@@ -39,15 +42,37 @@ def as_keep_mask(mask: torch.Tensor, device: torch.device | str | None = None) -
     """
     if not isinstance(mask, torch.Tensor):
         tensor("mask", mask)
-    if mask.dtype.is_complex:
-        raise TypeError(f"mask must be bool, integer or float, got {mask.dtype}")
+    if mask.dtype.is_complex or mask.layout != torch.strided or mask.is_meta:
+        mask = _unusual(mask, device)  # refused, or a meta mask for a meta layer: its shape only
     mask = mask.detach().to(device) if device is not None else mask.detach()
     if mask.dtype == torch.bool:
         return mask
-    is_binary = (mask == 0) | (mask == 1)
-    if not bool(is_binary.all()) or (mask.is_floating_point() and mask.numel() and not bool(mask.any())):
+    return _from_01(mask)
+
+
+def _from_01(mask):
+    """An integer or float keep-mask as bool, once its values are checked to be 0 and 1."""
+    try:  # reading values, which torch.func.vmap cannot (data-dependent control flow)
+        is_binary = (mask == 0) | (mask == 1)
+        ok = bool(is_binary.all()) and not (mask.is_floating_point() and mask.numel() and not bool(mask.any()))
+    except RuntimeError as err:
+        raise TypeError(f"an integer or float mask's values must be read to check that they are 0 and 1, and "
+                        f"here they cannot be ({str(err).split('.')[0][:160]}): pass a bool mask") from None
+    if not ok:
         _refuse_values(mask, is_binary)
     return mask.bool()
+
+
+def _unusual(mask, device):
+    if mask.dtype.is_complex:
+        raise TypeError(f"mask must be bool, integer or float, got {mask.dtype}")
+    if mask.layout != torch.strided:
+        raise TypeError(f"mask must be a dense tensor, got layout {mask.layout}: pass mask.to_dense()")
+    where = mask.device if device is None else torch.device(device)
+    if where.type != "meta":
+        raise ValueError(f"mask is on the meta device, which holds no values, and q on {where}: make the mask on "
+                         f"{where}")
+    return mask.bool()  # a meta layer computes shapes only, so a meta mask's 0/1 values need no check
 
 
 def _refuse_values(mask, is_binary):
@@ -118,10 +143,16 @@ def padding_mask(
     When the padded rows of x may hold NaN or inf (an earlier layer's
     garbage), that keeps the real tokens' outputs exact, but not their
     gradients: the padded queries' NaN weights reach every key's gradient in
-    the backward pass. For NaN-free gradients mask the padded queries too::
+    the backward pass. Masking the padded queries too keeps ``x``'s gradient
+    finite::
 
         pad = mha.padding_mask(lengths)                       # (B, S)
         keep = pad[:, None, :, None] & pad[:, None, None, :]  # (B, 1, T, S)
+
+    The layer's weights still see those rows (``qkv`` runs on them, and its
+    weight's gradient is ``x.T @ grad``, 0 * NaN there, as in
+    ``nn.MultiheadAttention``): when the weights train, replace the rows,
+    ``x = x.masked_fill(~pad[..., None], 0.0)``.
 
     Args:
         lengths: (B,) integer tensor or list of ints, each in [0, S].

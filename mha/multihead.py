@@ -116,7 +116,9 @@ class MultiHeadAttention(LayerParameters, nn.Module):
                 queries' NaN weights reach every key's gradient): mask the
                 padded queries too, ``keep = pad[:, None, :, None] &
                 pad[:, None, None, :]`` (B, 1, T, S), ``pad`` the (B, S)
-                padding mask (the mask convention page:
+                padding mask, for a finite gradient of x; for finite weight
+                gradients replace the rows, ``x.masked_fill(~pad[..., None],
+                0.0)`` (the mask convention page:
                 https://transformer-on-ramp.github.io/mha/mask_convention.html).
             need_weights: True returns the per-head weights; False returns
                 None and takes the fused ``F.scaled_dot_product_attention`` path.
@@ -133,7 +135,8 @@ class MultiHeadAttention(LayerParameters, nn.Module):
             (B, h, T, S), not averaged over heads, or None.
 
         Raises:
-            TypeError: x or context is not a tensor, or (outside autocast) not
+            TypeError: x or context is not a dense floating tensor (a nested
+                tensor: pad it and pass a padding mask), or (outside autocast) not
                 in the module's dtype; the message says how to convert for pure
                 low precision and how to use autocast for mixed precision.
             ValueError: wrong rank or width, a context whose batch differs, a
@@ -247,8 +250,8 @@ class MultiHeadAttention(LayerParameters, nn.Module):
         if t.dim() != 3 or t.size(-1) != self.d_model:
             raise ValueError(f"{name} must be (B, {'T' if name == 'x' else 'S'}, d_model={self.d_model}), "
                              f"got shape {tuple(t.shape)}{_positional_hint(name, t)}")
-        if not t.is_floating_point():
-            raise TypeError(f"{name} must be a floating tensor, got {t.dtype}")
+        if not t.is_floating_point() or t.layout != torch.strided or t.is_nested:
+            raise TypeError(_not_dense_float(name, t))
         weight = self.qkv.weight if type(self.qkv) is nn.Linear else _weight(self.qkv)
         if weight is None:  # hidden by what wraps qkv (dynamic quantization): the module checks its own input
             return
@@ -299,6 +302,15 @@ def _refuse_cache(context, cache):
     if context is not None:
         raise ValueError("a KVCache is for self-attention decoding; don't pass it with a context")
     raise TypeError(f"cache must be an mha.KVCache, got {type(cache).__name__}")
+
+
+def _not_dense_float(name, t):
+    if t.is_nested:  # PyTorch's variable-length batches: attention here takes a padded batch and a mask
+        return (f"{name} is a nested tensor; pass a padded (B, {'T' if name == 'x' else 'S'}, d_model) tensor "
+                f"({name}.to_padded_tensor(0.0)) and a padding mask for it (mha.padding_mask(lengths))")
+    if t.layout != torch.strided:
+        return f"{name} must be a dense tensor, got layout {t.layout}: pass {name}.to_dense()"
+    return f"{name} must be a floating tensor, got {t.dtype}"
 
 
 def _positional_hint(name, t):

@@ -52,7 +52,9 @@ def flags(**values) -> None:
     """Raise TypeError unless every flag is a bool (a mask passed as is_causal, say)."""
     for name, value in values.items():
         if not isinstance(value, bool):
-            raise TypeError(f"{name} must be True or False, got {type(value).__name__}")
+            kind = type(value)  # qualified outside builtins: NumPy 2 calls np.bool_ "bool"
+            kind = kind.__name__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+            raise TypeError(f"{name} must be True or False (a Python bool), got {kind}")
 
 
 def dropout(p) -> None:

@@ -1,4 +1,4 @@
-"""Inputs and usage found by trying to break mha before 0.4.0 (repros in /work/break/), one test per finding.
+"""Inputs and usage found by trying to break mha before 0.4.0, one test per finding.
 
 Each test states the promise it holds mha to and, where PyTorch has one, what PyTorch's reference does.
 """
@@ -76,33 +76,36 @@ def test_deepcopy_of_a_layer_and_its_cache_together():
     assert_close(m2(x[:, 4:], cache=cache2)[0], m(x)[0][:, 4:])
 
 
-# -- 1b. NaN in padded rows of x: the recipe "for NaN-free gradients" leaves qkv.weight's gradient NaN --------------
+# -- 1b. NaN in padded rows of x: what each of the docstrings' two recipes keeps finite ------------------------------
 
 
 @pytest.mark.parametrize("need_weights", [True, False], ids=["explicit", "fused"])
 @pytest.mark.parametrize("n_kv_heads", [4, 2], ids=["mha", "gqa"])
-def test_the_recipe_for_nan_free_gradients_gives_nan_free_parameter_gradients(n_kv_heads, need_weights):
-    # padding_mask's docstring: "For NaN-free gradients mask the padded queries too: keep = pad[:, None, :, None] &
-    # pad[:, None, None, :]". x's gradient is then finite, but qkv.weight's is NaN (qkv runs on the NaN rows, and
-    # x.T @ grad is 0 * NaN there), so the first optimizer step makes the layer NaN. Cross-attention already zeroes
-    # the context rows that no query may see for exactly this reason (MultiHeadAttention._project_context), and its
-    # qkv.weight gradient is finite; nn.MultiheadAttention's in_proj_weight gradient is NaN too (it has no such
-    # step). Only docs/mask_convention.md says to replace the rows by hand.
+def test_the_padding_recipes_keep_finite_what_the_docstrings_say(n_kv_heads, need_weights):
+    # padding_mask's docstring said "For NaN-free gradients mask the padded queries too", but that keeps only x's
+    # gradient finite: qkv runs on the NaN rows, and its weight's gradient x.T @ grad is 0 * NaN there (as for
+    # nn.MultiheadAttention's in_proj_weight). The docstrings now say so, and that replacing the rows makes every
+    # gradient finite. The reference: the same loss on each sequence alone, unpadded.
     m = mha.MultiHeadAttention(16, 4, n_kv_heads=n_kv_heads, dtype=torch.float64)
-    pad = mha.padding_mask([5, 3])
-    x = torch.randn(2, 5, 16, dtype=torch.float64)
-    x[1, 3:] = float("nan")
+    lengths = [5, 3]
+    pad = mha.padding_mask(lengths)
+    clean = torch.randn(2, 5, 16, dtype=torch.float64)
+    x = clean.masked_fill(~pad[..., None], float("nan")).requires_grad_()
     keep = pad[:, None, :, None] & pad[:, None, None, :]
-    y, _ = m(x, mask=keep, causal=False, need_weights=need_weights)
-    (y * pad[..., None]).nan_to_num(0.0).pow(2).sum().backward()  # a loss on the real tokens only
-    assert not [n for n, p in m.named_parameters() if not p.grad.isfinite().all()]
-    # and they are the gradients of the same loss with the padded rows zeroed by hand (the docs' workaround)
-    grads = [p.grad.clone() for p in m.parameters()]
+
+    def loss(y):  # on the real tokens only
+        return y.masked_fill(~pad[..., None], 0.0).pow(2).sum()
+
+    loss(m(x, mask=keep, causal=False, need_weights=need_weights)[0]).backward()
+    assert x.grad.isfinite().all() and not m.qkv.weight.grad.isfinite().all()  # what the docstrings now say
     m.zero_grad()
-    y, _ = m(x.masked_fill(~pad[..., None], 0.0), mask=keep, causal=False, need_weights=need_weights)
-    (y * pad[..., None]).pow(2).sum().backward()
-    for got, want in zip(grads, [p.grad for p in m.parameters()]):
-        assert_close(got, want)
+    loss(m(x.masked_fill(~pad[..., None], 0.0), mask=keep, causal=False, need_weights=need_weights)[0]).backward()
+    got = [p.grad.clone() for p in m.parameters()]
+    m.zero_grad()
+    for b, n in enumerate(lengths):
+        m(clean[b : b + 1, :n], causal=False, need_weights=need_weights)[0].pow(2).sum().backward()
+    for (name, p), g in zip(m.named_parameters(), got):
+        assert_close(g, p.grad)
 
 
 # -- 1c. case C25's kind under gradient checkpointing ---------------------------------------------------------------
