@@ -3,7 +3,9 @@
 Notebook 05 trains seeds 0 to 2 live and reads seeds 3 to 9 from ``mha/data/induction_seeds.json``; the rates it
 states ("9 of 10 seeds") count all ten. These tests check that the module the script runs is the notebook's code,
 that the shipped file holds what the notebook's prose says, and, by retraining, that the file is what that code
-gives: seed 7 (the seed that fails, both models) in the ordinary run, all ten with ``--experiment``.
+gives: seed 7 (the seed that fails, both models) in the ordinary run, seeds 3 to 9 with ``--experiment`` (seeds 0
+to 2 the notebook itself retrains, and strict nbval compares what it prints with the stored rows, which
+``test_the_notebook_live_seeds_print_what_the_shipped_file_holds`` checks against this file).
 
 How close is close enough? On the recording machine a rerun is identical, number for number. Rerun there with
 PyTorch's and MKL's AVX2 kernels instead of AVX-512 (``ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2``,
@@ -141,8 +143,8 @@ def test_seed_7_retrains_to_the_shipped_numbers(h):
 
 @pytest.mark.slow
 @pytest.mark.experiment
-@pytest.mark.parametrize("seed", range(10))
-def test_every_seed_retrains_to_the_shipped_numbers(seed):
+@pytest.mark.parametrize("seed", range(3, 10))
+def test_every_seed_the_notebook_reads_retrains_to_the_shipped_numbers(seed):
     for h, n_layers in induction_seeds.MODELS:
         rerun_matches_shipped(seed, h, n_layers)
 

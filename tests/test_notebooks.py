@@ -217,3 +217,20 @@ def test_the_fifteen_minute_path_is_the_same_everywhere_and_names_real_sections(
     for stop in stops["notebook 02"]:
         assert any(re.sub(r"^## \d+\. ", "", h).startswith(stop) for h in headings), f"no section '{stop}' in 02"
     assert "§" not in "".join(stops["README.md"])
+
+
+# What Colab has besides the standard library (tests/test_colab.py's simulation preinstalls the same), and mha.
+COLAB_MODULES = {"torch", "matplotlib", "numpy", "tqdm", "IPython", "mha"}
+FILE_READS = re.compile(r"\bopen\(|\bPath\(|read_text|read_bytes|torch\.load|np\.load|pd\.read_|\.csv\b|\.json\b")
+
+
+@pytest.mark.parametrize("path", SOLUTIONS, ids=name)
+def test_a_solution_imports_only_what_colab_has_and_opens_no_file(path):
+    # Why tests/test_colab.py may run the chapters alone in its Colab simulation: a solution with the chapters'
+    # install cell, these imports and no file of its own runs in Colab wherever it runs under strict nbval.
+    code = "\n".join(source(c) for c in cells(path, "code"))
+    imported = {m.split(".")[0] for m in re.findall(r"^\s*(?:import|from)\s+([\w.]+)", code, re.M)}
+    assert imported - COLAB_MODULES - set(sys.stdlib_module_names) == set()
+    assert not FILE_READS.findall(code)
+    assert source(cells(path, "code")[0]) == source(cells(ROOT / "notebooks" / path.name.replace("_solutions", ""),
+                                                          "code")[0])  # the chapter's install cell
