@@ -23,13 +23,12 @@ CROSS_IMPLS = ["mha 0.3 (weights split)", "mha 0.4 (qkv called twice)"]
 
 def before(m: mha.MultiHeadAttention, x: torch.Tensor, context: torch.Tensor, need_weights: bool):
     """mha 0.3's cross-attention: Q = F.linear(x, W_Q, b_Q), [K, V] = F.linear(context, W_KV, b_KV)."""
-    m._check_inputs(x, context, None, None, need_weights)
-    q_rows = m.h * m.d_k
-    W_Q, W_KV = m.qkv.weight.split([q_rows, m.qkv.weight.size(0) - q_rows])
-    b_Q, b_KV = m.qkv.bias.split([q_rows, m.qkv.bias.size(0) - q_rows])
+    m._check(x, context, None, None, need_weights)
+    W_Q, W_KV = m.qkv.weight.split([m.d_model, 2 * m.d_model])
+    b_Q, b_KV = m.qkv.bias.split([m.d_model, 2 * m.d_model])
     q = F.linear(x, W_Q, b_Q).unflatten(-1, (m.h, m.d_k)).transpose(1, 2)
-    k, v = F.linear(context, W_KV, b_KV).unflatten(-1, (2 * m.n_kv_heads, m.d_k)).transpose(1, 2).chunk(2, dim=1)
-    out, w = attend(q, k, v, None, need_weights=need_weights, enable_gqa=m.n_kv_heads != m.h)
+    k, v = F.linear(context, W_KV, b_KV).unflatten(-1, (2 * m.h, m.d_k)).transpose(1, 2).chunk(2, dim=1)
+    out, w = attend(q, k, v, None, need_weights=need_weights)
     return m.out(out.transpose(1, 2).flatten(2)), w
 
 

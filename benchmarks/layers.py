@@ -35,11 +35,9 @@ class MinimalFused(nn.Module):
 
 
 def weights(ours: mha.MultiHeadAttention) -> dict:
-    """Our layer's state_dict without its head counts (``_extra_state``), which the minimal layers don't have.
-
-    The rest has their names and shapes: qkv.weight, qkv.bias, out.weight, out.bias, so they load it strictly.
-    """
-    return {name: t for name, t in ours.state_dict().items() if name != "_extra_state"}
+    """Our layer's state_dict: qkv.weight, qkv.bias, out.weight, out.bias, the minimal layers' names and shapes, so
+    they load it strictly (its h travels in the metadata, which they ignore)."""
+    return ours.state_dict()
 
 
 def build_layers(cfg: Config, device: torch.device):

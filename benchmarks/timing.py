@@ -81,10 +81,16 @@ def time_layers(cfg: Config, device: torch.device, layers) -> dict:
 
 
 def time_decoding(cfg: Config, device: torch.device, ours) -> dict:
-    """N tokens one at a time: with a KVCache vs recomputing the whole prefix at every step."""
+    """N tokens one at a time: with a KVCache vs recomputing the whole prefix at every step.
+
+    ``ours``' weights decode in an ``mha.GroupedQueryAttention`` with as many K/V heads as query heads, the class
+    that takes a cache: the same layer, weight for weight.
+    """
     N = cfg.decode_tokens
     x = torch.randn(cfg.batch, N, cfg.d_model, device=device)
-    ours.eval()
+    decoder = mha.GroupedQueryAttention(cfg.d_model, cfg.h, device=device)
+    decoder.load_state_dict(ours.state_dict())
+    ours = decoder.eval()
 
     def cached():
         cache = mha.KVCache()
@@ -117,7 +123,7 @@ def time_decode_steps(cfg: Config, device: torch.device) -> dict:
     N = cfg.decode_tokens
     cases = []
     for d_model, h in cfg.decode_sizes:
-        ours = mha.MultiHeadAttention(d_model, h, device=device).eval()
+        ours = mha.GroupedQueryAttention(d_model, h, device=device).eval()  # the lesson's layer, with a cache
         ref = MinimalDecoder(d_model, h, device=device).eval()
         ref.load_state_dict(weights(ours))
         x = torch.randn(cfg.batch, N, d_model, device=device)

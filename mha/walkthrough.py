@@ -11,8 +11,8 @@ import torch.nn.functional as F
 
 from .attention import scaled_dot_product_attention
 from .heads import merge_heads, split_heads
-from .interop import to_torch
-from .masks import causal_mask, to_torch_attn_mask
+from .interop import to_torch, to_torch_attn_mask
+from .masks import causal_mask
 from .multihead import MultiHeadAttention
 from .parameters import count_parameters
 

@@ -1,136 +1,35 @@
-"""The bug zoo: attention code with the mistakes learners make, one mistake per member.
-
-Each member is written the way a learner writes it, in the article's style, with
-exactly one bug (marked `# BUG`), or a habit that is right only at some sizes,
-layouts or dtypes (marked `# SIZE`, `# LAYOUT`, `# DTYPE`). Most of them run
-without an error and return tensors of the right shape. ``ZOO`` lists, per
-checker, each member, the word (a key of ``mha.exercises.MISTAKES``, or None for
-a mistake that is explained but not named) and words its message must contain.
-The layers are in tests/bug_zoo_layers.py, notebook 05's scores in tests/bug_zoo_scores.py.
-"""
+"""The bug zoo: learners' attention code, one mistake per member (marked `# BUG`, or `# SIZE`, `# LAYOUT`, `# DTYPE`
+for a habit right only at some sizes, layouts or dtypes), most of it running and returning the right shapes. ``ZOO``
+lists, per checker, each member, its word (a key of ``mha.exercises.MISTAKES``, or None) and words its message must
+contain: one member per path of a checker (a mistake two checkers explain with one shared code is here once). The
+layers are in tests/bug_zoo_layers.py."""
 
 import math
 
 import bug_zoo_layers as layers
-import bug_zoo_scores as scores
 import torch
 import torch.nn.functional as F
-
-# --- split_heads(x, h): (B, T, D) -> (B, h, T, D // h) -------------------------------------
-
-
-def split_heads_without_transpose(x, h):
-    B, T, D = x.shape
-    return x.view(B, h, T, D // h)  # BUG: cuts the sequence, not each token's vector
-
-
-def split_heads_transpose_forgotten(x, h):
-    B, T, D = x.shape
-    return x.view(B, T, h, D // h)  # BUG: (B, T, h, d_k), the transpose(1, 2) is missing
-
-
-def split_heads_every_hth_column(x, h):
-    B, T, D = x.shape
-    return x.view(B, T, D // h, h).permute(0, 3, 1, 2)  # BUG: head i gets columns i, i + h, i + 2h, ...
-
-
-def split_heads_four_wide(x, h):
-    B, T, D = x.shape
-    return x.view(B, T, -1, 4).transpose(1, 2)  # SIZE: d_k = 4 (notebook 02's), whatever h is
-
-
-def split_heads_sizes_swapped(x, h):
-    B, T, D = x.shape
-    return x.view(B, T, D // h, h).transpose(1, 2)  # BUG: (B, T, d_k, h), d_k heads of width h (a learner's)
-
-
-def split_heads_squeezed(x, h):
-    B, T, D = x.shape
-    return x.view(B, T, h, D // h).transpose(1, 2).squeeze()  # SIZE: drops B and h when they are 1
-
-
-def split_heads_in_float32(x, h):
-    B, T, D = x.shape
-    return x.float().view(B, T, h, D // h).transpose(1, 2)  # DTYPE: right for float32 inputs only
-
-
-# --- merge_heads(x): (B, h, T, d_k) -> (B, T, h*d_k) ------------------------------------------
-
-
-def merge_heads_without_transpose(x):
-    B, h, T, d_k = x.shape
-    return x.reshape(B, T, h * d_k)  # BUG: mixes heads with time steps (case C6)
-
-
-def merge_heads_summed(x):
-    return x.sum(dim=1)  # BUG: adds the heads up instead of concatenating them
-
-
-def merge_heads_averaged(x):
-    return torch.mean(x, dim=1)  # BUG: averages the heads instead of concatenating them
-
-
-def merge_heads_interleaved(x):
-    B, h, T, d_k = x.shape
-    return x.permute(0, 2, 3, 1).reshape(B, T, h * d_k)  # BUG: (B, T, d_k, h): value j of every head, then j+1
-
-
-def merge_heads_not_flattened(x):
-    return x.transpose(1, 2)  # BUG: (B, T, h, d_k), the last two dims are never flattened
-
-
-def merge_heads_view_after_transpose(x):
-    B, h, T, d_k = x.shape
-    return x.transpose(1, 2).view(B, T, h * d_k)  # LAYOUT: view needs memory laid out as (B, T, h, d_k)
-
-
-def merge_heads_three_heads(x):
-    B, h, T, d_k = x.shape
-    return x.transpose(1, 2).reshape(B, T, 3 * d_k)  # SIZE: h = 3, notebook 02's
-
-
-def merge_heads_squeezed(x):
-    return x.transpose(1, 2).flatten(2).squeeze()  # SIZE: drops B when it is 1
-
-
-def merge_heads_in_float32(x):
-    return x.transpose(1, 2).flatten(2).float()  # DTYPE: right for float32 inputs only
-
 
 # --- attention(q, k, v, mask=None) -> (out, weights); mask: True = may attend -------------------
 
 
-def attention_without_scale(q, k, v, mask=None):
-    scores = q @ k.transpose(-2, -1)  # BUG: no 1/sqrt(d_k)
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
+def _masked(scores, mask):
+    """What every member does with the keep-mask, unless its bug is there."""
+    return scores if mask is None else scores.masked_fill(~mask, float("-inf"))
+
+
+def _softmax_then_v(scores, v):
+    """What every member does after the scores, unless its bug is there: (out, weights)."""
     weights = F.softmax(scores, dim=-1)
     return weights @ v, weights
 
 
-def attention_divided_by_d_k(q, k, v, mask=None):
-    d_k = q.size(-1)
-    scores = q @ k.transpose(-2, -1) / d_k  # BUG: 1/d_k instead of 1/sqrt(d_k)
-    if mask is not None:
-        scores = scores.masked_fill(mask == 0, float("-inf"))
-    weights = scores.softmax(dim=-1)
-    return weights @ v, weights
-
-
-def attention_scale_precedence(q, k, v, mask=None):
-    d_k = q.size(-1)
-    scores = q @ k.transpose(-2, -1) * d_k ** -1 / 2  # BUG: that is (1/d_k) / 2, not d_k ** -0.5
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    weights = torch.softmax(scores, dim=-1)
-    return weights @ v, weights
+def attention_without_scale(q, k, v, mask=None):
+    return _softmax_then_v(_masked(q @ k.transpose(-2, -1), mask), v)  # BUG: no 1/sqrt(d_k)
 
 
 def attention_softmax_over_queries(q, k, v, mask=None):
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    weights = F.softmax(scores, dim=-2)  # BUG: normalises over the queries
+    weights = F.softmax(_masked(q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)), mask), dim=-2)  # BUG: the queries
     return weights @ v, weights
 
 
@@ -138,87 +37,58 @@ def attention_mask_inverted(q, k, v, mask=None):
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
     if mask is not None:
         scores = scores.masked_fill(mask, float("-inf"))  # BUG: blocks where the keep-mask is True
-    weights = F.softmax(scores, dim=-1)
-    return weights @ v, weights
+    return _softmax_then_v(scores, v)
 
 
 def attention_averages_keys(q, k, v, mask=None):
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    weights = F.softmax(scores, dim=-1)
+    weights = F.softmax(_masked(q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)), mask), dim=-1)
     return weights @ k, weights  # BUG: K where V belongs
 
 
 def attention_scale_of_notebook_01(q, k, v, mask=None):
-    scores = q @ k.transpose(-2, -1) / math.sqrt(8)  # SIZE: notebook 01's d_k = 8, whatever q's width
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    weights = F.softmax(scores, dim=-1)
-    return weights @ v, weights
+    return _softmax_then_v(_masked(q @ k.transpose(-2, -1) / math.sqrt(8), mask), v)  # SIZE: notebook 01's d_k = 8
 
 
 def attention_four_dims_only(q, k, v, mask=None):
     scores = q @ k.transpose(2, 3) / math.sqrt(q.size(3))  # SIZE: dims counted from the front, 4-d only
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    weights = F.softmax(scores, dim=3)
+    weights = F.softmax(_masked(scores, mask), dim=3)
     return weights @ v, weights
-
-
-def attention_einsum_four_dims(q, k, v, mask=None):
-    scores = torch.einsum("bhtd,bhsd->bhts", q, k) / math.sqrt(q.size(-1))  # SIZE: no '...', 4-d only
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    weights = scores.softmax(dim=-1)
-    return torch.einsum("bhts,bhsd->bhtd", weights, v), weights
 
 
 def attention_fill_minus_1e9(q, k, v, mask=None):
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
     if mask is not None:
         scores = scores.masked_fill(~mask, -1e9)  # DTYPE: -1e9 does not fit in float16
-    weights = F.softmax(scores, dim=-1)
-    return weights @ v, weights
+    return _softmax_then_v(scores, v)
 
 
 def attention_scales_q_in_place(q, k, v, mask=None):
     q /= math.sqrt(q.size(-1))  # BUG: right values, but the caller's q is scaled too (and backward breaks)
-    scores = q @ k.transpose(-2, -1)
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    weights = F.softmax(scores, dim=-1)
-    return weights @ v, weights
+    return _softmax_then_v(_masked(q @ k.transpose(-2, -1), mask), v)
 
 
 def attention_float32_mask_added(q, k, v, mask=None):
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
     if mask is not None:
         scores = scores + torch.zeros(mask.shape).masked_fill(~mask, float("-inf"))  # DTYPE: a float32 mask
-    weights = F.softmax(scores, dim=-1)
-    return weights @ v, weights
+    return _softmax_then_v(scores, v)
 
 
 def attention_mask_given_four_dims(q, k, v, mask=None):
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
     if mask is not None:
         scores = scores.masked_fill(~mask[None, None], float("-inf"))  # SIZE: makes (T, d_k) inputs 4-d
-    weights = F.softmax(scores, dim=-1)
-    return weights @ v, weights
+    return _softmax_then_v(scores, v)
 
 
 def attention_in_float32(q, k, v, mask=None):
     scores = q.float() @ k.float().transpose(-2, -1) / math.sqrt(q.size(-1))  # DTYPE: float32 whatever q is
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    weights = F.softmax(scores, dim=-1)
+    weights = F.softmax(_masked(scores, mask), dim=-1)
     return weights @ v.float(), weights
 
 
 def attention_mask_ignored(q, k, v, mask=None):
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # BUG: the mask is never applied
-    weights = F.softmax(scores, dim=-1)
-    return weights @ v, weights
+    return _softmax_then_v(q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)), v)  # BUG: the mask is never applied
 
 
 def attention_mask_after_softmax(q, k, v, mask=None):
@@ -232,93 +102,99 @@ def attention_mask_filled_with_zero(q, k, v, mask=None):
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
     if mask is not None:
         scores = scores.masked_fill(~mask, 0.0)  # BUG: exp(0) = 1, not 0
-    weights = F.softmax(scores, dim=-1)
-    return weights @ v, weights
+    return _softmax_then_v(scores, v)
 
 
 def attention_float_mask_added(q, k, v, mask=None):
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
     if mask is not None:
         scores = scores + mask.to(q.dtype)  # BUG: adds 0s and 1s to the scores, which blocks nothing
-    weights = F.softmax(scores, dim=-1)
-    return weights @ v, weights
+    return _softmax_then_v(scores, v)
 
 
 def attention_returns_weights_first(q, k, v, mask=None):
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    weights = F.softmax(scores, dim=-1)
+    weights = F.softmax(_masked(q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)), mask), dim=-1)
     return weights, weights @ v  # BUG: (weights, out)
 
 
 def attention_weights_keys_by_queries(q, k, v, mask=None):
     scores = k @ q.transpose(-2, -1) / math.sqrt(q.size(-1))  # BUG: (S, T), one row per key
-    if mask is not None:
-        scores = scores.masked_fill(~mask.mT, float("-inf"))
-    weights = F.softmax(scores, dim=-1)
+    weights = F.softmax(_masked(scores, None if mask is None else mask.mT), dim=-1)
     return weights.mT @ v, weights
 
 
-# --- to_torch_attn_mask(keep): keep-mask (T, S) -> nn.MultiheadAttention's attn_mask ---------------
+# --- induction_score(w, tokens) -> float: notebook 05's mean weight on the key after each query's letter's earlier
+# occurrence p < t, for one head's weights (B, T, T) and the letters (B, T) ---------------------------------------
 
 
-def torch_mask_passed_through(keep):
-    return keep  # BUG: nn.MultiheadAttention reads True as *blocked*
+def _earlier(tokens, diagonal=-1):
+    """(B, T, T): query t's letter is key p's letter, for keys p <= t + diagonal."""
+    T = tokens.size(1)
+    return (tokens[:, :, None] == tokens[:, None, :]) & torch.ones(T, T, dtype=torch.bool).tril(diagonal)
 
 
-def torch_mask_as_float(keep):
-    return keep.float()  # BUG: a float attn_mask is added to the scores, blocking nothing
+def _after(earlier):
+    """(B, T, T): the key after each marked key."""
+    after = torch.zeros_like(earlier)
+    after[..., 1:] = earlier[..., :-1]
+    return after
 
 
-def torch_mask_times_inf(keep):
-    return (1 - keep.float()) * float("-inf")  # BUG: 0 * -inf is NaN where a key is kept (notebook 04)
+def score_right(w, tokens):
+    return w[_after(_earlier(tokens))].mean()  # right: the one member without a bug, tests/test_exercises.py passes it
 
 
-def torch_mask_keys_by_queries(keep):
-    return ~keep.T  # BUG: (S, T); attn_mask is (T, S)
+def score_mean_of_means(w, tokens):
+    after = _after(_earlier(tokens))
+    return ((w * after).sum((1, 2)) / after.sum((1, 2))).mean()  # BUG: per sequence, then over sequences
 
 
-def torch_mask_float64(keep):
-    return torch.zeros(keep.shape, dtype=torch.float64).masked_fill(~keep, float("-inf"))  # DTYPE: float64 only
+def score_per_sequence(w, tokens):
+    after = _after(_earlier(tokens))
+    return (w * after).sum((1, 2)) / after.sum((1, 2))  # BUG: one score per sequence, (B,), not one number
 
 
-def torch_mask_flipped_in_place(keep):
-    return keep.logical_not_()  # BUG: right values, but the caller's mask is flipped too
+def score_per_query_first(w, tokens):
+    after = _after(_earlier(tokens))
+    return ((w * after).sum(-1) / after.sum(-1)).mean()  # BUG: 0 / 0 for every query without an earlier occurrence
 
 
-# Per checker: (member, the word it must be named by or None, words its message must contain).
+# Per checker: (member, the word it must be named by or None, words its message must contain); the one-line
+# members are written here, as lambdas.
 ZOO = {
-    "check_split_heads": [
-        (split_heads_without_transpose, "transpose", "straight into (B, h, T, d_k)"),
-        (split_heads_transpose_forgotten, "transpose", "add .transpose(1, 2)"),
-        (split_heads_every_hth_column, None, "every h-th column"),
-        (split_heads_four_wide, None, "whatever h is"),
-        (split_heads_sizes_swapped, None, "the sizes in your view are swapped"),
-        (split_heads_squeezed, None, ".squeeze() drops every dim of size 1"),
-        (split_heads_in_float32, None, "torch.float32 for torch.float64 inputs"),
+    "check_split_heads": [  # split_heads(x, h): (B, T, D) -> (B, h, T, D // h)
+        (lambda x, h: x.view(x.size(0), h, x.size(1), -1),  # BUG: cuts the sequence, not each token's vector
+         "transpose", "straight into (B, h, T, d_k)"),
+        (lambda x, h: x.view(*x.shape[:2], h, -1),  # BUG: (B, T, h, d_k), the transpose(1, 2) is missing
+         "transpose", "add .transpose(1, 2)"),
+        (lambda x, h: x.view(*x.shape[:2], -1, h).permute(0, 3, 1, 2),  # BUG: head i gets columns i, i + h, ...
+         None, "every h-th column"),
+        (lambda x, h: x.view(*x.shape[:2], -1, 4).transpose(1, 2),  # SIZE: d_k = 4 (notebook 02's), whatever h is
+         None, "whatever h is"),
+        (lambda x, h: x.view(*x.shape[:2], -1, h).transpose(1, 2),  # BUG: (B, T, d_k, h), d_k heads of width h
+         None, "the sizes in your view are swapped"),
+        (lambda x, h: x.view(*x.shape[:2], h, -1).transpose(1, 2).squeeze(),  # SIZE: drops B and h when they are 1
+         None, ".squeeze() drops every dim of size 1"),
     ],
-    "check_merge_heads": [
-        (merge_heads_without_transpose, "transpose", "mixed up with the time steps"),
-        (merge_heads_summed, "concat", "you sum the heads"),
-        (merge_heads_averaged, "concat", "you average the heads"),
-        (merge_heads_interleaved, None, "you interleave the heads"),
-        (merge_heads_not_flattened, None, "flatten the last two dims"),
-        (merge_heads_view_after_transpose, None, "view cannot flatten it"),
-        (merge_heads_three_heads, None, "is a size (h, d_k, T) written into the code"),
-        (merge_heads_squeezed, None, ".squeeze() drops every dim of size 1"),
-        (merge_heads_in_float32, None, "torch.float32 for torch.float64 inputs"),
+    "check_merge_heads": [  # merge_heads(x): (B, h, T, d_k) -> (B, T, h*d_k)
+        (lambda x: x.reshape(x.size(0), x.size(2), -1),  # BUG: mixes heads with time steps (case C6)
+         "transpose", "mixed up with the time steps"),
+        (lambda x: x.sum(dim=1), "concat", "you sum the heads"),  # BUG: adds the heads up instead of concatenating
+        (lambda x: x.permute(0, 2, 3, 1).flatten(2),  # BUG: (B, T, d_k, h): value j of every head, then j+1
+         None, "you interleave the heads"),
+        (lambda x: x.transpose(1, 2), None, "flatten the last two dims"),  # BUG: (B, T, h, d_k), never flattened
+        (lambda x: x.transpose(1, 2).view(x.size(0), x.size(2), -1),  # LAYOUT: view needs (B, T, h, d_k) in memory
+         None, "view cannot flatten it"),
+        (lambda x: x.transpose(1, 2).reshape(x.size(0), x.size(2), 3 * x.size(3)),  # SIZE: h = 3, notebook 02's
+         None, "is a size (h, d_k, T) written into the code"),
     ],
     "check_attention": [
         (attention_without_scale, "scale", "(no scaling)"),
-        (attention_divided_by_d_k, "scale", "(1/d_k)"),
-        (attention_scale_precedence, "scale", "(d_k ** -1 / 2, which is (1/d_k) / 2)"),
         (attention_softmax_over_queries, "softmax", "over the queries"),
         (attention_mask_inverted, "inverted", "zero exactly where the mask is True"),
         (attention_averages_keys, "value", "weights @ V"),
         (attention_scale_of_notebook_01, "scale", "1/√8, a fixed number"),
         (attention_four_dims_only, None, "assumes 4 dims"),
-        (attention_einsum_four_dims, None, "an einsum without '...'"),
         (attention_fill_minus_1e9, None, "-1e9 does not fit"),
         (attention_scales_q_in_place, None, "changes q in place"),
         (attention_float32_mask_added, None, "This probe is torch.float16"),
@@ -343,14 +219,12 @@ ZOO = {
         (layers.NoOutputProjection, "W_O", "no `out` layer"),
         (layers.OutputProjectionUnused, "W_O", "never applied"),
         (layers.HeadsAveraged, "concat", "summed or averaged before it"),
-        (layers.HeadsSummed, "concat", "summed or averaged before it"),
         (layers.HeadsSummedAndRepeated, "concat", "you sum the heads"),
         (layers.CausalIgnored, "causal", "attends to later tokens"),
         (layers.CausalMaskAdded, "float mask", "torch.tril(torch.ones(T, T)), to the scores"),
         (layers.QKVReadHeadByHead, None, "reads qkv's output head by head"),
         (layers.OutWeightAsStored, None, "call self.out(x) instead of x @ self.out.weight"),
         (layers.MaskBufferOfFixedSize, None, "something in it has a fixed size"),
-        (layers.ScaleOfTheFirstProbe, "scale", "1/√4, a fixed number"),
         (layers.CastsToFloat32, None, "This probe is torch.float64"),
         (layers.SqueezesTheWeights, None, ".squeeze() drops every dim of size 1"),
         (layers.SeparateProjections, None, "(it has q_proj, k_proj, v_proj, out)"),
@@ -359,20 +233,27 @@ ZOO = {
         (layers.ForgetsTheBatch, None, "so that layers stack"),
     ],
     "check_induction_score": [
-        (scores.score_on_the_occurrence, None, "the earlier occurrence p itself"),
-        (scores.score_counts_itself, None, "every query matches its own position"),
-        (scores.score_mean_of_means, None, "then over the sequences"),
-        (scores.score_over_every_query, None, "divide by the number of all queries"),
-        (scores.score_per_sequence, None, "a tensor of shape (4,), not one number"),
-        (scores.score_per_query_first, None, "a mean is taken over nothing"),
-        (scores.score_of_the_transposed_weights, None, "Recheck which queries count"),
+        (lambda w, tokens: w[_earlier(tokens)].mean(),  # BUG: the weight on p, not on p + 1
+         None, "the earlier occurrence p itself"),
+        (lambda w, tokens: w[_after(_earlier(tokens, diagonal=0))].mean(),  # BUG: tril() keeps p = t: itself
+         None, "every query matches its own position"),
+        (score_mean_of_means, None, "then over the sequences"),
+        (lambda w, tokens: (w * _after(_earlier(tokens))).sum(-1).mean(),  # BUG: a query with no earlier one is 0
+         None, "divide by the number of all queries"),
+        (score_per_sequence, None, "a tensor of shape (4,), not one number"),
+        (score_per_query_first, None, "a mean is taken over nothing"),
+        (lambda w, tokens: w.mT[_after(_earlier(tokens))].mean(),  # BUG (not recognised): w[b, p + 1, t]
+         None, "Recheck which queries count"),
     ],
-    "check_torch_attn_mask": [
-        (torch_mask_passed_through, "inverted", "reads a bool attn_mask as True = blocked"),
-        (torch_mask_as_float, "float mask", "blocks nothing"),
-        (torch_mask_times_inf, None, "0 * -inf is NaN"),
-        (torch_mask_keys_by_queries, None, "keys by queries"),
-        (torch_mask_float64, None, "yours is torch.float64"),
-        (torch_mask_flipped_in_place, None, "in place"),
+    "check_torch_attn_mask": [  # to_torch_attn_mask(keep): keep-mask (T, S) -> nn.MultiheadAttention's attn_mask
+        (lambda keep: keep,  # BUG: nn.MultiheadAttention reads True as *blocked*
+         "inverted", "reads a bool attn_mask as True = blocked"),
+        (lambda keep: keep.float(), "float mask", "blocks nothing"),  # BUG: a float attn_mask is added to the scores
+        (lambda keep: (1 - keep.float()) * float("-inf"),  # BUG: 0 * -inf is NaN where a key is kept (notebook 04)
+         None, "0 * -inf is NaN"),
+        (lambda keep: ~keep.T, None, "keys by queries"),  # BUG: (S, T); attn_mask is (T, S)
+        (lambda keep: torch.zeros(keep.shape, dtype=torch.float64).masked_fill(~keep, float("-inf")),  # DTYPE
+         None, "yours is torch.float64"),
+        (lambda keep: keep.logical_not_(), None, "in place"),  # BUG: right values, but the caller's mask flips too
     ],
 }

@@ -24,27 +24,17 @@ def _seed():
     torch.manual_seed(0)
 
 
-class GraphCounter:
-    """A torch.compile backend that runs each captured graph as it is (like backend="eager") and counts them.
-
-    Counting proves a test really compiled (a recompile limit could otherwise fall back to eager unnoticed)
-    and shows whether one graph serves every sequence length.
-    """
-
-    def __init__(self):
-        self.count = 0
-
-    def __call__(self, gm, example_inputs):
-        self.count += 1
-        return gm.forward
-
-
 @pytest.fixture
-def graphs():
-    """A fresh GraphCounter, with dynamo's caches reset so no test sees another's compiled code."""
-    torch.compiler.reset()
-    yield GraphCounter()
-    torch.compiler.reset()
+def one_thread():
+    """One intra-op thread, for tests of tiny tensors (a module asks with pytestmark = usefixtures("one_thread")).
+
+    Their operations gain nothing from a second thread, and on a shared 2-core machine each one then waits for the
+    scheduler: a 5x5 tril took 30 ms, not 0.03, under load, which tripled the layer tests' time.
+    """
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 # The website tests (tests/test_site.py) build the site and drive headless Chromium. They run with
@@ -68,6 +58,10 @@ def pytest_configure(config):
                                        " (needs --experiment)")
     # The edit-and-test loop (CONTRIBUTING.md) leaves these out: python -m pytest -m "not slow" tests
     config.addinivalue_line("markers", "slow: takes more than a few seconds; -m 'not slow' leaves it out")
+    # A user-reported case, C1 to C32, is a marker (c1 to c32), and its one-line fault is in the test's
+    # docstring: python -m pytest -m c19 tests runs every test of case C19.
+    for n in range(1, 33):
+        config.addinivalue_line("markers", f"c{n}: a test of case C{n} (its fault in the test's docstring)")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -58,7 +58,3 @@ def _rows(m, i):
     d = m.d_model
     bias = None if m.qkv.bias is None else m.qkv.bias[i * d : (i + 1) * d]
     return m.qkv.weight[i * d : (i + 1) * d], bias
-
-
-def has_empty_rows(keep, shape):
-    return keep is not None and not bool(mha.as_keep_mask(keep).expand(shape).any(-1).all())

@@ -1,63 +1,41 @@
-"""mha.exercises: the checkers pass right code written several ways, and name every mistake in the bug zoo.
-
-The zoo (tests/bug_zoo.py, tests/bug_zoo_layers.py) holds what a hunt for ways to break the checkers found:
-code that is right only at a notebook's own sizes, layout or dtype, and right layouts that differ from ours.
-"""
+"""mha.exercises: each checker passes right code written several ways, names every mistake of the bug zoo (learners'
+wrong code, in tests/bug_zoo*.py), keeps its contract (stubs, errors, misuse, determinism), and check_answer and
+check_head judge numbers and (layer, head) answers without giving the right one away."""
 
 import math
 import re
-import string
+from fractions import Fraction
 
+import bug_zoo_layers as layers
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from bug_zoo import ZOO
+from bug_zoo import ZOO, score_right
+from hypothesis import assume, given
+from hypothesis import strategies as st
 from torch import nn
 
 import mha
 from mha import exercises
+from mha.english.measure import Score
 from mha.exercises import (
-    MISTAKES,
     CheckResult,
+    check_answer,
     check_attention,
+    check_head,
     check_induction_score,
     check_merge_heads,
     check_multi_head_attention,
     check_split_heads,
     check_torch_attn_mask,
 )
-from mha.exercises.mistakes import EXPLAIN
 
 CHECKERS = [check_split_heads, check_merge_heads, check_attention, check_multi_head_attention, check_torch_attn_mask,
             check_induction_score]
 
 
-# --- right answers, written in different styles ----------------------------------------------------
-
-
-class ArticleMultiHeadAttention(nn.Module):
-    """The article's layer: one qkv matrix, view + transpose into heads, attention, transpose + reshape, W_O."""
-
-    def __init__(self, d_model, h):
-        super().__init__()
-        assert d_model % h == 0
-        self.h, self.d_k = h, d_model // h
-        self.qkv = nn.Linear(d_model, 3 * d_model)
-        self.out = nn.Linear(d_model, d_model)
-
-    def forward(self, x, causal=True):
-        B, T, D = x.shape
-        q, k, v = self.qkv(x).split(D, dim=-1)
-        q, k, v = (t.view(B, T, self.h, self.d_k).transpose(1, 2) for t in (q, k, v))  # (B, h, T, d_k)
-        mask = torch.tril(torch.ones(T, T, dtype=torch.bool)) if causal else None
-        y, w = part5_attention(q, k, v, mask)
-        y = y.transpose(1, 2).reshape(B, T, D)
-        return self.out(y), w
-
-
-def library_attention(q, k, v, mask=None):
-    """mha's function, called the way the checker calls it."""
-    return mha.scaled_dot_product_attention(q, k, v, mask)
+# --- right answers, written in different styles -----------------------------------------------------------------
 
 
 def part5_attention(q, k, v, mask=None):
@@ -70,125 +48,62 @@ def part5_attention(q, k, v, mask=None):
 
 
 def einsum_attention(q, k, v, mask=None):
-    scores = torch.einsum("...td,...sd->...ts", q, k) * q.size(-1) ** -0.5
+    """einsum, and a large negative instead of -inf; the scale as a float32 tensor (right to float32 precision on
+    the float64 probe too)."""
+    scores = torch.einsum("...td,...sd->...ts", q, k) / torch.sqrt(torch.tensor(q.size(-1)))
     if mask is not None:
-        scores = torch.where(mask.bool(), scores, torch.tensor(-1e9))  # a large negative, not -inf
+        scores = torch.where(mask.bool(), scores, torch.tensor(-1e9))
     weights = F.softmax(scores, dim=-1)
     return torch.einsum("...ts,...sd->...td", weights, v), weights
 
 
 def fused_with_separate_weights(q, k, v, mask=None):
     """PyTorch's fused kernel for out; the weights from a log-mask in q's dtype, added to the scores."""
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-    scores = q @ k.mT / math.sqrt(q.size(-1))
-    if mask is not None:
-        scores = scores + mask.to(q.dtype).log()  # log 1 = 0, log 0 = -inf
-    return out, scores.softmax(-1)
-
-
-def float32_scale_attention(q, k, v, mask=None):
-    """The scale as a float32 tensor, whatever q's dtype: right to float32 precision on the float64 probe."""
-    scores = q @ k.transpose(-2, -1) / torch.sqrt(torch.tensor(q.size(-1)))
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    weights = torch.softmax(scores, dim=-1)
-    return weights @ v, weights
-
-
-def flattened_batch_attention(q, k, v, mask=None):
-    """bmm over every leading dim flattened into one: works for any number of them."""
-    lead, (T, d_k), S = q.shape[:-2], q.shape[-2:], k.size(-2)
-    q3, k3, v3 = q.reshape(-1, T, d_k), k.reshape(-1, S, d_k), v.reshape(-1, S, v.size(-1))
-    scores = torch.bmm(q3, k3.transpose(1, 2)) / math.sqrt(d_k)
-    if mask is not None:
-        scores = scores.masked_fill(mask == 0, torch.finfo(scores.dtype).min)
-    weights = scores.softmax(dim=-1)
-    return torch.bmm(weights, v3).reshape(*lead, T, -1), weights.reshape(*lead, T, S)
+    scores = q @ k.mT / math.sqrt(q.size(-1)) + (0 if mask is None else mask.to(q.dtype).log())  # log 0 = -inf
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask), scores.softmax(-1)
 
 
 class LoopOverHeads(nn.Module):
-    """Each head in turn, with its rows of W_Q, W_K, W_V, concatenated with torch.cat: no reshapes at all."""
+    """Each head in turn, with its rows of W_Q, W_K, W_V, concatenated with torch.cat: no reshapes, no biases."""
 
     def __init__(self, d_model, h):
         super().__init__()
         self.h, self.d_k = h, d_model // h
-        self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)  # no biases: the checker must cope
+        self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
         self.out = nn.Linear(d_model, d_model, bias=False)
 
     def forward(self, x, causal=True):
         T, D = x.size(1), x.size(2)
         q, k, v = self.qkv(x).split(D, dim=-1)
-        heads, weights = [], []
-        for i in range(self.h):
-            cols = slice(i * self.d_k, (i + 1) * self.d_k)
-            mask = torch.ones(T, T, dtype=torch.bool).tril() if causal else None
-            out, w = part5_attention(q[..., cols], k[..., cols], v[..., cols], mask)
-            heads.append(out)
-            weights.append(w)
-        return self.out(torch.cat(heads, dim=-1)), torch.stack(weights, dim=1)
+        mask = torch.ones(T, T, dtype=torch.bool).tril() if causal else None
+        heads = [part5_attention(*(t[..., i * self.d_k : (i + 1) * self.d_k] for t in (q, k, v)), mask)
+                 for i in range(self.h)]
+        return self.out(torch.cat([o for o, _ in heads], dim=-1)), torch.stack([w for _, w in heads], dim=1)
 
 
-class PermuteAndFusedKernel(nn.Module):
-    """permute instead of transpose, unflatten instead of view, PyTorch's fused kernel for the output."""
-
-    def __init__(self, d_model, h):
-        super().__init__()
-        self.h = h
-        self.qkv = nn.Linear(d_model, 3 * d_model)
-        self.out = nn.Linear(d_model, d_model)
-
-    def forward(self, x, causal=True):
-        qkv = self.qkv(x).unflatten(-1, (3, self.h, -1)).permute(2, 0, 3, 1, 4)  # (3, B, h, T, d_k)
-        q, k, v = qkv.unbind(0)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-        scores = q @ k.mT / math.sqrt(q.size(-1))
-        if causal:
-            scores = scores + torch.full(scores.shape[-2:], float("-inf")).triu(1)
-        w = scores.softmax(-1)
-        return self.out(y.permute(0, 2, 1, 3).flatten(2)), w
-
-
-class Float32ScaleLayer(ArticleMultiHeadAttention):
-    """The article's layer with Part 5's attention scaled by a float32 tensor, in the float64 probe too."""
-
-    def forward(self, x, causal=True):
-        B, T, D = x.shape
-        q, k, v = (t.view(B, T, self.h, self.d_k).transpose(1, 2) for t in self.qkv(x).split(D, dim=-1))
-        y, w = float32_scale_attention(q, k, v, torch.ones(T, T, dtype=torch.bool).tril() if causal else None)
-        return self.out(y.transpose(1, 2).reshape(B, T, D)), w
-
-
-class ChunkedQKVWithBuffer(ArticleMultiHeadAttention):
-    """chunk(3) instead of split, and a causal mask buffer large enough for any probe, sliced to T."""
+class PermutedWithABuffer(layers.Article):
+    """unflatten and permute instead of split, view and transpose, and a causal mask buffer (large enough for any
+    probe) sliced to T."""
 
     def __init__(self, d_model, h):
         super().__init__(d_model, h)
         self.register_buffer("tril", torch.ones(512, 512, dtype=torch.bool).tril(), persistent=False)
 
-    def forward(self, x, causal=True):
-        B, T, D = x.shape
-        q, k, v = (t.unflatten(-1, (self.h, -1)).transpose(1, 2) for t in self.qkv(x).chunk(3, dim=-1))
-        y, w = part5_attention(q, k, v, self.tril[:T, :T] if causal else None)
-        return self.out(y.transpose(1, 2).flatten(2)), w
+    def heads(self, x):
+        return self.qkv(x).unflatten(-1, (3, self.h, -1)).permute(2, 0, 3, 1, 4).unbind(0)  # 3 x (B, h, T, d_k)
 
-
-def induction_score_by_masks(w, tokens):
-    """Notebook 05's exercise the vectorised way: a (B, T, T) table of same letters, strictly before, moved right."""
-    T = tokens.size(1)
-    earlier = (tokens[:, :, None] == tokens[:, None, :]) & torch.ones(T, T, dtype=torch.bool).tril(diagonal=-1)
-    after = torch.zeros_like(earlier)
-    after[..., 1:] = earlier[..., :-1]
-    return w[after].mean()
+    def mask(self, scores, causal):
+        T = scores.size(-1)
+        return scores.masked_fill(~self.tril[:T, :T], float("-inf")) if causal else scores
 
 
 def induction_score_by_loops(w, tokens):
-    """The same score with Python loops and a plain float."""
+    """Notebook 05's score with Python loops and a plain float."""
     total, count = 0.0, 0
     for b, row in enumerate(tokens.tolist()):
         for t, letter in enumerate(row):
             if letter in row[:t]:
-                total += float(w[b, t, row.index(letter) + 1])
-                count += 1
+                total, count = total + float(w[b, t, row.index(letter) + 1]), count + 1
     return total / count
 
 
@@ -198,215 +113,279 @@ RIGHT = {
         lambda x, h: x.unflatten(-1, (h, -1)).permute(0, 2, 1, 3),
         lambda x, h: torch.stack(x.chunk(h, dim=-1), dim=1),
         lambda x, h: x.reshape(*x.shape[:-1], h, -1).transpose(-3, -2),
-        lambda x, h: torch.stack([x[..., i * (x.size(-1) // h) : (i + 1) * (x.size(-1) // h)] for i in range(h)], 1),
     ],
     check_merge_heads: [
         mha.merge_heads,
         lambda x: x.permute(0, 2, 1, 3).flatten(2),
         lambda x: torch.cat(x.unbind(1), dim=-1),
         lambda x: x.transpose(1, 2).contiguous().view(x.size(0), x.size(2), -1),
-        lambda x: torch.cat([x[:, i] for i in range(x.size(1))], dim=-1),
     ],
     check_attention: [
-        library_attention,
-        part5_attention,
-        einsum_attention,
-        fused_with_separate_weights,
-        float32_scale_attention,
-        flattened_batch_attention,
+        mha.scaled_dot_product_attention, part5_attention,
+        einsum_attention, fused_with_separate_weights,
         lambda q, k, v, mask=None: part5_attention(q, k, v, None if mask is None else mask != 0),
     ],
-    check_multi_head_attention: [
-        mha.MultiHeadAttention,
-        ArticleMultiHeadAttention,
-        LoopOverHeads,
-        PermuteAndFusedKernel,
-        ChunkedQKVWithBuffer,
-        Float32ScaleLayer,
-    ],
+    check_multi_head_attention: [mha.MultiHeadAttention, layers.Article, LoopOverHeads, PermutedWithABuffer],
     check_torch_attn_mask: [
-        mha.to_torch_attn_mask,
-        lambda keep: ~keep,
-        lambda keep: torch.zeros(keep.shape).masked_fill(~keep, float("-inf")),
-        mha.to_additive_mask,
+        mha.to_torch_attn_mask, mha.to_additive_mask, lambda keep: ~keep, lambda keep: keep == 0,
         lambda keep: torch.where(keep, 0.0, float("-inf")),
-        lambda keep: keep == 0,
         lambda keep: (~keep).float() * -1e9,  # a large negative instead of -inf, and no 0 * inf
     ],
     check_induction_score: [
-        induction_score_by_masks,
-        induction_score_by_loops,
-        lambda w, tokens: induction_score_by_masks(w, tokens).reshape(1),  # a one-element tensor is one number
+        score_right, induction_score_by_loops,
+        lambda w, tokens: score_right(w, tokens).reshape(1),  # a one-element tensor is one number
     ],
 }
 
 
-@pytest.mark.parametrize(
-    "check, fn", [(c, f) for c, fns in RIGHT.items() for f in fns],
-    ids=lambda v: getattr(v, "__name__", None),
-)
+@pytest.mark.parametrize("check, fn", [(c, f) for c, fns in RIGHT.items() for f in fns],
+                         ids=lambda v: getattr(v, "__name__", None))
 def test_right_code_passes(check, fn):
     result = check(fn)
-    assert result.passed, result.message
-    assert bool(result) and result.mistake is None
+    assert result.passed and bool(result) and result.mistake is None and result.status == "passed", result.message
     assert result.message.startswith("✅ passed:") and repr(result) == str(result) == result.message
-    assert result.status == "passed"
 
 
-# --- the bug zoo ------------------------------------------------------------------------------------
+# --- the bug zoo: learners' wrong code -------------------------------------------------------------------------
 
 
-def _zoo():
-    return [(name, member, word, words) for name, members in ZOO.items() for member, word, words in members]
-
-
-@pytest.mark.parametrize("checker, member, word, words", _zoo(), ids=lambda v: getattr(v, "__name__", None))
+@pytest.mark.parametrize("checker, member, word, words",
+                         [(name, *member) for name, members in ZOO.items() for member in members],
+                         ids=lambda v: v if isinstance(v, str) else getattr(v, "__name__", None))
 def test_every_zoo_member_fails_with_its_word_and_says_why(checker, member, word, words):
     result = getattr(exercises, checker)(member)
     assert not result.passed and not result and result.status == "wrong"
-    assert result.mistake == word, result.message
-    assert result.message.startswith("❌ wrong:"), result.message
+    assert result.mistake == word and result.message.startswith("❌ wrong:"), result.message
     assert (word is None or word in result.message) and words in result.message, result.message
 
 
-def test_the_zoo_covers_every_mistake_in_the_table():
-    assert {word for members in ZOO.values() for _, word, _ in members} - {None} == set(MISTAKES)
-
-
-def test_every_explanation_of_the_shared_table_is_given_to_a_zoo_member():
-    # Each entry's longest literal run (its text between the {fields}) must appear in some zoo member's message,
-    # so no explanation is dead text and each one is pinned by a member.
-    messages = "\n".join(getattr(exercises, name)(member).message for name, member, _, _ in _zoo())
-    unused = [key for key, text in EXPLAIN.items()
-              if max((literal for literal, *_ in string.Formatter().parse(text)), key=len) not in messages]
-    assert not unused, unused
-
-
-def test_unrecognised_mistakes_give_the_probe_and_the_largest_difference():
+def test_unrecognised_mistakes_give_the_probe_and_the_largest_difference_in_digits_that_differ():
     result = check_merge_heads(lambda x: mha.merge_heads(x) + 0.5)
     assert not result and result.mistake is None
     assert "(2, 3, 5, 4)" in result.message and "largest difference is 0.5" in result.message
     result = check_split_heads(lambda x, h: x[:, None, :, : x.size(-1) // h])
     assert "shape (2, 1, 5, 4)" in result.message and "(2, 3, 5, 4)" in result.message
-
-
-def test_a_difference_below_three_digits_is_shown_with_the_digits_that_differ():
     # A float64 answer off by 4e-9 once read "(yours 0.842, right 0.842)": the two numbers must read differently.
     result = check_attention(lambda q, k, v, mask=None: tuple(t + 1e-5 * (q.dtype == torch.float64)
                                                               for t in part5_attention(q, k, v, mask)))
     assert not result and "float64" in result.message and "largest difference is 1e-05" in result.message
     yours, right = re.search(r"yours (\S+), right (\S+)\)", result.message).groups()
     assert yours != right and abs(float(yours) - float(right) - 1e-5) < 1e-9, result.message
-
-
-def test_k_T_fails_on_the_batched_probes_and_says_why():
-    def two_d_only(q, k, v, mask=None):
-        w = torch.softmax(q @ k.T / math.sqrt(q.size(-1)), dim=-1)  # k.T: right for (S, d_k) only
-        return w @ v, w
-
     result = check_attention(two_d_only)
     assert not result and "k.transpose(-2, -1)" in result.message
 
 
-@pytest.mark.parametrize("check", [check_split_heads, check_merge_heads, check_attention])
-def test_the_probes_vary_what_a_notebook_keeps_fixed(check):
-    # Every size, the number of dims, the memory layout and the dtype change across the probes: a record of
-    # what the checker's reference receives.
-    seen = []
-
-    def record(*args, **kwargs):
-        seen.append([(tuple(a.shape), a.dtype, a.is_contiguous()) for a in args if isinstance(a, torch.Tensor)])
-        return RIGHT[check][0](*args, **kwargs)
-
-    assert check(record).passed
-    shapes = {s for probe in seen for s, _, _ in probe[:1]}
-    dtypes = {d for probe in seen for _, d, _ in probe[:1]}
-    assert len(shapes) >= 4 and torch.float64 in dtypes, seen
-    if check is check_attention:
-        assert {len(s) for s in shapes} == {2, 3, 4} and torch.float16 in dtypes
-    else:
-        assert any(not contiguous for probe in seen for _, _, contiguous in probe[:1])
+def two_d_only(q, k, v, mask=None):
+    w = torch.softmax(q @ k.T / math.sqrt(q.size(-1)), dim=-1)  # k.T: right for (S, d_k) only
+    return w @ v, w
 
 
-def test_the_layer_checker_builds_every_head_count_and_length_it_names():
-    built = []
-
-    class Recording(mha.MultiHeadAttention):
-        def __init__(self, d_model, h):
-            super().__init__(d_model, h)
-            built.append((d_model, h))
-
-        def forward(self, x, causal=True):
-            built.append((tuple(x.shape), x.dtype))
-            return super().forward(x, causal=causal)
-
-    result = check_multi_head_attention(Recording)
-    assert result.passed, result.message
-    assert {(12, 3), (10, 2), (8, 1), (16, 4), (24, 6)} <= set(built)
-    assert ((1, 40, 16), torch.float32) in built and ((2, 6, 24), torch.float64) in built
+# --- the contract: stubs, errors, misuse, determinism ------------------------------------------------------------
 
 
-# --- the contract: stubs, errors, misuse, determinism -----------------------------------------------
+class StubModule(layers.Article):
+    def forward(self, x, causal=True):
+        raise NotImplementedError("write forward")
 
 
 def _stub(*args, **kwargs):
     raise NotImplementedError
 
 
-class StubModule(nn.Module):
-    def __init__(self, d_model, h):
-        super().__init__()
-        self.qkv = nn.Linear(d_model, 3 * d_model)
-        self.out = nn.Linear(d_model, d_model)
-
-    def forward(self, x, causal=True):
-        raise NotImplementedError("write forward")
-
-
-@pytest.mark.parametrize("check, stub", [(c, _stub) for c in CHECKERS] + [(check_multi_head_attention, StubModule)])
-def test_a_stub_is_not_implemented_yet(check, stub):
-    result = check(stub)
-    assert isinstance(result, CheckResult) and not result.passed and result.mistake is None
-    assert result.message.startswith("⏳ not done yet:") and result.status == "not done yet"
-    assert "not implemented yet" in result.message
+def _noisy(*args, **kwargs):  # wrong, and random: uses the global RNG
+    torch.manual_seed(123)
+    return torch.randn(3)
 
 
 @pytest.mark.parametrize("check", CHECKERS)
-def test_code_that_raises_never_makes_the_checker_raise(check):
-    def broken(*args, **kwargs):
-        return 1 / 0
-
-    result = check(broken)
-    assert not result and "ZeroDivisionError" in result.message and "division by zero" in result.message
-
-
-@pytest.mark.parametrize("check", CHECKERS)
-@pytest.mark.parametrize("not_callable", [None, torch.zeros(2), "split_heads"])
-def test_a_checker_given_something_not_callable_raises_type_error(check, not_callable):
-    with pytest.raises(TypeError, match="not callable"):
-        check(not_callable)
-
-
-def test_a_module_instance_instead_of_its_class_is_misuse():
-    with pytest.raises(TypeError, match="the class, not an instance"):
-        check_multi_head_attention(mha.MultiHeadAttention(12, 3))
-
-
-@pytest.mark.parametrize("check", CHECKERS)
-def test_checkers_are_deterministic_and_leave_the_global_rng_alone(check):
-    def noisy(*args, **kwargs):  # wrong, and random: uses the global RNG
-        torch.manual_seed(123)
-        return torch.randn(3)
-
+def test_stubs_are_not_done_yet_errors_never_raise_misuse_does_and_the_global_rng_is_left_alone(check):
     state = torch.get_rng_state()
-    first = check(noisy)
-    assert torch.equal(torch.get_rng_state(), state)
-    assert check(noisy).message == first.message
-    right = RIGHT[check][0]
-    assert check(right).message == check(right).message
+    for stub in (_stub, StubModule) if check is check_multi_head_attention else (_stub,):
+        result = check(stub)
+        assert isinstance(result, CheckResult) and not result.passed and result.mistake is None
+        assert result.message.startswith("⏳ not done yet:") and result.status == "not done yet"
+        assert "not implemented yet" in result.message
+    result = check(lambda *args, **kwargs: 1 / 0)
+    assert not result and "ZeroDivisionError" in result.message and "division by zero" in result.message
+    for not_callable in (None, torch.zeros(2), "split_heads"):
+        with pytest.raises(TypeError, match="not callable"):
+            check(not_callable)
+    if check is check_multi_head_attention:
+        with pytest.raises(TypeError, match="the class, not an instance"):
+            check(mha.MultiHeadAttention(12, 3, device="meta"))  # meta: building it draws no random numbers
+    assert check(_noisy).message == check(_noisy).message  # deterministic, even for code that draws numbers
+    assert check(RIGHT[check][0]).message == check(RIGHT[check][0]).message
     assert torch.equal(torch.get_rng_state(), state)
 
 
-def test_exercises_is_part_of_the_package():
-    assert mha.exercises is exercises
-    assert set(exercises.__all__) >= {f.__name__ for f in CHECKERS}
+def _elsewhere(kind):
+    """Right code whose tensors come back on the meta device or sparse, or that meets torch's NotImplementedError."""
+    def wrap(check):
+        right = RIGHT[check][0]
+        if kind == "torch's NotImplementedError":
+            return lambda *args, **kwargs: torch.ones(2).to_sparse().view(-1)
+        move = (lambda t: t.to("meta")) if kind == "meta" else (lambda t: t.to_sparse())
+        return lambda *args, **kwargs: torch.utils._pytree.tree_map_only(torch.Tensor, move, right(*args, **kwargs))
+    return wrap
+
+
+@pytest.mark.parametrize("kind", ["meta", "sparse", "torch's NotImplementedError"])
+@pytest.mark.parametrize("check", [c for c in CHECKERS if c is not check_multi_head_attention])
+def test_answers_on_another_device_or_layout_are_wrong_answers_never_errors(check, kind):
+    """The checkers raised RuntimeError or NotImplementedError from allclose or .item() on such answers, and called
+    torch's own NotImplementedError inside the learner's code "not done yet"."""
+    answer = _elsewhere(kind)(check)
+    if kind != "torch's NotImplementedError" and check is check_induction_score:
+        answer = lambda *args: torch.tensor(0.5, device="meta")  # noqa: E731  (its right answer is a number)
+    result = check(answer)
+    assert isinstance(result, CheckResult) and result.message.startswith("❌ wrong"), result.message
+
+
+# --- check_answer: numbers, never the right one unasked ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("answer, expected, kwargs, words", [
+    (None, 4096, {}, "⏳ not done yet: x is not answered yet: set `answer` and run the check again."),
+    (4096, 4096, {}, "✅ passed: x is right (exactly)."),
+    (0.90, 0.91, {"tol": 0.05}, "✅ passed: x is right (to within 0.05)."),
+    (4224, 4096, {"hint": "Biases are not weights."}, "❌ wrong: x: yours, 4,224, is a little too high (off by less "
+     "than 10%) (it must match exactly). Biases are not weights. Stuck? Add reveal=True"),
+    (0.97, 0.91, {"tol": 0.05}, "close, but too high (just outside ±0.05)"),
+    (1.3, 1, {}, "too high by 10% to 50%"), (2.0, 1, {}, "too high: 1.5 to 3 times the right value"),
+    (5.0, 1, {}, "too high: 3 to 10 times the right value"), (1e3, 1, {}, "about 1,000 times the right value"),
+    (0.7, 1, {}, "too low by 10% to 50%"), (0.4, 1, {}, "too low: between a third and a half of the right value"),
+    (0.2, 1, {}, "too low: between a tenth and a third of the right value"),
+    (0.01, 1, {}, "too low: about 0.01 times the right value"), (-1.0, 1, {}, "too low: it has the wrong sign"),
+    (0, 1, {}, "too low"), (math.inf, 1, {}, "infinite"), (math.nan, 1, {}, "NaN"),
+    (None, 4, {"reveal": True}, "The right value, as you asked (reveal=True): 4."),  # shown only when asked, ...
+    (3, 4, {"reveal": True}, "The right value, as you asked (reveal=True): 4."),
+    (0.95, 0.947368, {"tol": 0.05, "reveal": True}, "(reveal=True): 0.95."),  # ... to the precision of tol
+    (None, 0.1234567, {"tol": 1e-4, "reveal": True}, "(reveal=True): 0.1235."),
+], ids=repr)
+def test_an_answer_is_told_whether_it_is_right_and_which_way_and_how_far_it_misses(answer, expected, kwargs, words):
+    r = check_answer(answer, expected, name="x", **kwargs)
+    assert words in r.message and bool(r) == r.message.startswith("✅"), r.message
+
+
+def test_named_numbers_say_which_is_wrong_which_are_pending_and_give_their_own_hint():
+    expected = {"unscaled": 0.91, "scaled": 0.11}
+    assert check_answer({"unscaled": 0.9, "scaled": 0.1}, expected, name="weights", tol=0.05)
+    r = check_answer({"unscaled": 0.9, "scaled": 0.5}, expected, name="weights", tol=0.05,
+                     hint={"scaled": "Divide by √d_k.", "unscaled": "Recount."})
+    assert not r and "scaled: yours, 0.5, is too high: 3 to 10 times the right value. Divide by √d_k." in r.message
+    assert "unscaled" not in r.message and "Recount" not in r.message and "0.11" not in r.message
+    assert "keys" in check_answer({"unscaled": 0.9}, expected, name="weights", tol=0.05).message
+    r = check_answer({"unscaled": 0.9, "scaled": None}, expected, name="weights", tol=0.05)
+    assert r.status == "not done yet" and "not answered yet: scaled" in r.message
+    assert check_answer({"unscaled": 5, "scaled": None}, expected, name="weights", tol=0.05).status == "wrong"
+    r = check_answer({"a": 1, "b": 2}, {"a": 1, "b": 3}, name="counts", reveal=True)
+    assert not r and r.message.endswith("(reveal=True): a: 1; b: 3.") and "Stuck?" not in r.message
+
+
+@pytest.mark.parametrize("answer", [
+    torch.tensor(0.95), torch.tensor([0.95]), torch.tensor([[0.95]], dtype=torch.float64),
+    torch.tensor(0.95, requires_grad=True) * 1, torch.tensor(0.95, dtype=torch.bfloat16),
+    np.float32(0.95), np.float64(0.95), np.array(0.95), np.array([0.95]), Fraction(19, 20),
+], ids=repr)
+def test_C15_a_number_given_as_a_tensor_numpy_scalar_or_0d_array_is_accepted(answer):
+    """Case C15: check_answer(torch.tensor(0.95), 0.95) said "yours tensor(0.9500), right 0.95" and failed."""
+    r = check_answer({"unscaled": answer, "scaled": torch.tensor(0.25)}, {"unscaled": 0.95, "scaled": 0.25},
+                     name="the average largest weight", tol=0.05)
+    assert r.passed, r.message
+    assert check_answer(answer, 0.95, name="x", tol=0.05) and check_answer(0.95, answer, name="x", tol=0.05)
+    assert check_answer(torch.tensor(4096), 4096, name="w") and check_answer(np.int64(4096), torch.tensor(4096),
+                                                                             name="w")
+    assert not check_answer(torch.tensor(4097), 4096, name="w")  # integer tensors count exactly
+
+
+@pytest.mark.parametrize("answer, words", [
+    (torch.tensor([0.9, 0.1]), ".item() turns a one-element tensor into a Python number"),
+    (np.array([0.9, 0.1]), ".item() turns a one-element NumPy array into a Python number"),
+    (torch.tensor(1.0, device="meta"), "cannot be read"), (torch.tensor(True), "not a real number"),
+    (torch.tensor(1 + 2j), "not a real number"), ("0.95", "without quotes"), ([0.95], "not a list of them"),
+    (True, "a bool, not a number"), (1 + 2j, "not a real number"), (object(), "pass a Python int or float"),
+], ids=repr)
+def test_C15_anything_else_that_is_not_a_number_says_what_to_pass(answer, words):
+    """Case C15's kind: what is not one real number is told what to pass instead."""
+    r = check_answer(answer, 0.95, name="x", tol=0.05)
+    assert not r and r.message.startswith("❌ wrong:") and words in r.message, r.message
+
+
+ODD_ANSWERS = st.one_of(
+    st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=5), st.complex_numbers(),
+    st.lists(st.floats(), max_size=3), st.fractions(), st.decimals(),
+    st.dictionaries(st.sampled_from(["a", "b", "c"]), st.one_of(st.none(), st.floats(), st.integers())),
+    st.lists(st.floats(-1e6, 1e6), min_size=0, max_size=3).map(torch.tensor), st.integers(-(10**400), 10**400),
+)
+
+
+@pytest.mark.slow
+@given(answer=ODD_ANSWERS, scalar=st.booleans(), reveal=st.booleans())
+def test_a_learners_answer_never_makes_it_raise(answer, scalar, reveal):
+    r = check_answer(answer, 4096 if scalar else {"a": 1.5, "b": -2}, name="x", tol=0.01, reveal=reveal)
+    assert r.message.startswith(("✅ passed:", "❌ wrong:", "⏳ not done yet:")), r.message
+
+
+@given(expected=st.one_of(st.integers(-(10**9), 10**9), st.floats(-1e9, 1e9, allow_nan=False)),
+       factor=st.floats(-20, 20, allow_nan=False), tol=st.sampled_from([0.0, 0.01, 0.05]))
+def test_a_wrong_answer_never_shows_the_right_value(expected, factor, tol):
+    from mha.exercises.answers import _fmt
+
+    answer = expected * factor if factor else expected + 7
+    assume(abs(answer - expected) > tol and abs(expected) > 1e-6)
+    r = check_answer(answer, expected, name="x", tol=tol, hint="Recompute it.")
+    shown = r.message.replace(f"yours, {_fmt(answer)},", "")  # the learner's own number may be shown
+    numbers = [float(n.replace(",", "")) for n in re.findall(r"-?\d[\d,]*(?:\.\d+)?(?:e[-+]?\d+)?", shown)]
+    bands = {0.01, 0.05, 1.5, 3, 10, 50, 0, 1, 2}  # the fixed words of the bands and the tolerance
+    leaks = [n for n in numbers if math.isclose(n, expected, rel_tol=1e-3) and n not in bands
+             and not math.isclose(n, 10 ** round(math.log10(abs(n) or 1)))]
+    assert not r and not leaks, r.message
+
+
+def test_a_bad_tol_or_an_expected_value_that_is_not_a_number_is_the_notebooks_misuse():
+    for kwargs, error in (({"tol": -1}, ValueError), ({"tol": "0.1"}, TypeError)):
+        with pytest.raises(error):
+            check_answer(1, 1, name="x", **kwargs)
+    for expected in ("1", torch.tensor([1, 2])):
+        with pytest.raises(TypeError):
+            check_answer(1, expected, name="x")
+
+
+# --- check_head: notebook 06's (layer, head) answer ---------------------------------------------------------------
+
+
+P, Q = "noun -> its determiner", "object -> its verb"
+
+
+def head_scores():
+    """Two layers of three heads. On P the best head above its baseline is (1, 0), the brightest (0, 0)."""
+    base = torch.full((2, 3), 0.05, dtype=torch.float64)
+    p = Score(torch.tensor([[0.5, 0.2, 0.1], [0.3, 0.07, 0.12]]).double(),
+              torch.tensor([[0.45, 0.05, 0.05], [0.05, 0.05, 0.05]]).double(), 0.04, 100)
+    q = Score(torch.tensor([[0.1, 0.1, 0.9], [0.1, 0.1, 0.1]]).double(), base, 0.04, 100)
+    return {P: p, Q: q}
+
+
+@pytest.mark.parametrize("answer, word, words", [
+    ((1, 0), "passed", "0.25 more"), ([1, 0], "passed", "0.25 more"), ((torch.tensor(1), np.int64(0)), "passed", ""),
+    (None, "not done yet", "not answered yet"),
+    ("1, 0", "not a head", "a pair (layer, head) of two ints"), ((1.0, 0), "not a head", "(1.0, 0)"),
+    ((True, 0), "not a head", "counted from 0"), ((1, 0, 0), "not a head", "tuple (1, 0, 0)"),
+    ((2, 1), "counted from 1", "you seem to count from 1"), ((0, 1), "swapped", "(head, layer)"),
+    ((5, 0), "no such head", "layers 0 to 1 and heads 0 to 2"), ((-1, 2), "no such head", "(-1, 2) is not one"),
+    ((0, 0), "raw weight", "(0.50), but it puts almost as much on any key at that distance (0.45)"),
+    ((0, 2), "another pattern", f"another pattern, {Q!r}"), ((1, 2), "short", "about 4 times yours"),
+    ((1, 1), "short", "more than 10 times yours"),
+], ids=repr)
+def test_C32_the_right_head_passes_in_any_integer_form_and_each_wrong_one_is_named_and_the_right_one_kept_back(
+        answer, word, words):
+    """Case C32's kind for a (layer, head) answer: one outside the model names the layers and heads it has."""
+    result = check_head(answer, head_scores(), P)
+    assert result.status == ("wrong" if word not in ("passed", "not done yet") else word), result.message
+    assert result.mistake == (word if result.status == "wrong" else None) and words in result.message, result.message
+    if not result.passed:
+        assert "(1, 0)" not in result.message and "layer 1, head 0" not in result.message, result.message
+        revealed = check_head(answer, head_scores(), P, reveal=True)
+        assert "layer 1, head 0" in revealed.message and not revealed.passed
+    with pytest.raises(KeyError, match="no pattern 'r'"):  # the notebook's misuse
+        check_head(answer, head_scores(), "r")

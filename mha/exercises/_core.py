@@ -12,6 +12,7 @@ Every message starts with its status in words after the mark, "âœ… passed:", "â
 from __future__ import annotations
 
 import functools
+import linecache
 import math
 import warnings
 from dataclasses import dataclass
@@ -78,6 +79,10 @@ class Mistake(Exception):
         self.message, self.word, self.probe = message, word, probe
 
 
+class Misuse(TypeError):
+    """The checker was called the wrong way (not the learner's answer being wrong): raised, never reported."""
+
+
 class _NotImplementedYet(Exception):
     pass
 
@@ -107,6 +112,13 @@ def checker(task: str, usage: str):
             except Mistake as m:
                 where = f", {m.probe}" if m.probe else ""
                 return CheckResult(False, f"{WRONG} {task}{where}: {m.message}", m.word)
+            except Misuse:
+                raise
+            except Exception as err:  # an answer of a kind no check foresaw made comparing it fail: still an answer
+                first = (str(err).strip().splitlines() or [""])[0][:200]
+                return CheckResult(False, f"{WRONG} {task}: comparing what it returned with the right answer raised "
+                                          f"{type(err).__name__}: {first}. Return plain dense tensors on the CPU, as "
+                                          "its inputs are.")
             return CheckResult(True, f"{PASSED} {task} is correct: {summary}")
 
         return check
@@ -129,14 +141,32 @@ def call(fn, *args, what: str, probe: str, hint: str = "", **kwargs):
             warnings.simplefilter("ignore")
             torch.manual_seed(0)
             return fn(*args, **kwargs)
-    except NotImplementedError:
-        raise _NotImplementedYet from None
+    except NotImplementedError as err:
+        if _raised_by_a_stub(err):  # the exercise's own `raise NotImplementedError`, not torch's inside it
+            raise _NotImplementedYet from None
+        raise Mistake(f"{what} raised NotImplementedError: {str(err).splitlines()[0][:300]}", probe=probe) from None
     except Exception as err:  # the learner's code failed: say how, never re-raise
         text = str(err).strip().splitlines()
         first = text[0][:300] if text else ""
         extra = hint(first) if callable(hint) else hint
         detail = (f": {first}" if first else "") + (f". {extra}" if extra else "")
         raise Mistake(f"{what} raised {type(err).__name__}{detail}", probe=probe) from None
+
+
+def _raised_by_a_stub(err: BaseException) -> bool:
+    """Whether the line that raised ``err`` is a ``raise NotImplementedError`` statement (with a message or not).
+
+    torch raises its own NotImplementedError from C++ or from its Python code; then the innermost line is a
+    call, not a ``raise`` statement. IPython registers each cell's source with ``linecache``, so this works in
+    notebooks as in files.
+    """
+    tb = err.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is None:
+        return False
+    line = linecache.getline(tb.tb_frame.f_code.co_filename, tb.tb_lineno).strip()
+    return line.startswith("raise NotImplementedError")
 
 
 def expect_tensor(value, what: str, probe: str, dtype: torch.dtype | None = None) -> torch.Tensor:
@@ -147,6 +177,10 @@ def expect_tensor(value, what: str, probe: str, dtype: torch.dtype | None = None
     """
     if not isinstance(value, torch.Tensor):
         raise Mistake(f"{what} should be a torch.Tensor, but it is a {type(value).__name__}", probe=probe)
+    if value.layout != torch.strided or value.is_nested:
+        raise Mistake(f"{what} should be a dense tensor, but its layout is {value.layout}", probe=probe)
+    if value.device.type != "cpu":  # the checkers' inputs are on the CPU
+        raise Mistake(f"{what} should be on the CPU, as its inputs are, but it is on {value.device}", probe=probe)
     if not value.is_floating_point():
         raise Mistake(f"{what} should be a floating tensor, but its dtype is {value.dtype}", probe=probe)
     if dtype is not None and value.dtype != dtype:

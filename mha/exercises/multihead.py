@@ -7,7 +7,7 @@ import math
 import torch
 from torch import nn
 
-from ._core import Mistake, call, checker, difference, expect_pair, matches, shape
+from ._core import Mistake, Misuse, call, checker, difference, expect_pair, matches, shape
 from .mistakes import SOFTMAX_OVER, fit_scale, say, scale_names, wrong_scale
 
 # (B, T, d_model, h, dtype): in the first probe B, T, h and d_k = 4 all differ, so each wrong reshape gives its own
@@ -100,7 +100,7 @@ def check_multi_head_attention(cls) -> str:
             than its class. The learner's code never makes it raise.
     """
     if isinstance(cls, nn.Module):
-        raise TypeError(
+        raise Misuse(
             f"check_multi_head_attention needs the class, not an instance: pass {type(cls).__name__}, "
             f"not {type(cls).__name__}(d_model, h)"
         )
