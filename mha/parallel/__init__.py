@@ -28,8 +28,8 @@ gives rank 0 all of W_Q and half of W_K when N = 2, and rank 1 the other half
 of W_K and all of W_V: no rank has matching Q, K and V for any head.
 :func:`qkv_rows` instead picks, for each rank, the Q rows, the K rows and the
 V rows of *its* heads, so the shard is laid out [W_Q_r; W_K_r; W_V_r] exactly
-like a smaller ``MultiHeadAttention`` (``MultiHeadAttention.from_heads`` builds
-it), and runs that class's own forward.
+like a smaller layer (:func:`from_heads` builds it, an
+``mha.GroupedQueryAttention``), and runs that class's own forward.
 
 **Seeds.** Call ``torch.manual_seed(s)`` with the same ``s`` on every rank
 before building the layer: its weights are then the same on every rank (and
@@ -57,7 +57,17 @@ others can see: they wait for the process group's timeout
 (``init_process_group(timeout=...)``; :func:`run_on_ranks` sets it, and stops
 every rank as soon as one raises).
 
-Modules: :mod:`mha.parallel.sharding` (the shard), :mod:`mha.parallel.agree`
+**Checkpoints.** ``shard.state_dict()`` is per rank: this rank's heads, with
+its rank, N, its heads and the full layer's sizes in the state_dict's metadata;
+loading another rank's shard is refused, naming both (case C30).
+:func:`full_state_dict`, called on every rank, gathers the whole layer's
+state_dict, loadable into an unsharded ``mha.MultiHeadAttention``; a saved
+whole layer is sharded again by loading it into the whole layer and calling
+:func:`shard_heads` on that (see :class:`ShardedMultiHeadAttention`).
+
+Modules: :mod:`mha.parallel.heads` (:func:`from_heads`, a layer of some
+heads), :mod:`mha.parallel.sharding` (the shard), :mod:`mha.parallel.checkpoints`
+(its state_dict, and the whole layer's), :mod:`mha.parallel.agree`
 (the checks across ranks), :mod:`mha.parallel.launch` (:func:`run_on_ranks`,
 which starts N local processes joined by one process group -- gloo on CPU --
 and is how the tests and notebook 08 run this package).
@@ -65,7 +75,10 @@ and is how the tests and notebook 08 run this package).
 Needs torch >= 2.4 (``torch.distributed.tensor``).
 """
 
+from .checkpoints import full_state_dict
+from .heads import from_heads
 from .launch import run_on_ranks
 from .sharding import ShardedMultiHeadAttention, out_columns, qkv_rows, shard_heads
 
-__all__ = ["ShardedMultiHeadAttention", "out_columns", "qkv_rows", "run_on_ranks", "shard_heads"]
+__all__ = ["ShardedMultiHeadAttention", "from_heads", "full_state_dict", "out_columns", "qkv_rows", "run_on_ranks",
+           "shard_heads"]

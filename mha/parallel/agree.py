@@ -127,8 +127,9 @@ def _difference(name, rows, ranks, start, stop):
 
 def layer_summary(module) -> dict:
     """What must be the same on every rank for its shards to make one layer."""
+    g = getattr(module, "n_kv_heads", module.h)  # the lesson's layer has h K/V heads
     return {
-        "sizes": {"d_model": module.d_model, "h": module.h, "n_kv_heads": module.n_kv_heads, "d_k": module.d_k},
+        "sizes": {"d_model": module.d_model, "h": module.h, "n_kv_heads": g, "d_k": module.d_k},
         "dtype": str(module.qkv.weight.dtype),
         "dropout": module.dropout,
         "training": module.training,

@@ -15,8 +15,6 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as torch_mp
 
-from ..values import check_int
-
 __all__ = ["run_on_ranks"]
 
 
@@ -62,7 +60,8 @@ def run_on_ranks(
         died without one (a signal or ``os._exit``); TimeoutError when the run
         takes longer than ``timeout``. Every rank is stopped before it raises.
     """
-    check_int(world_size=world_size)
+    if isinstance(world_size, bool) or not isinstance(world_size, int):
+        raise TypeError(f"world_size must be an int, got {world_size!r}")
     if world_size < 1:
         raise ValueError(f"world_size must be positive, got {world_size}")
     if not timeout > 0:
@@ -80,10 +79,12 @@ def run_on_ranks(
             f"is defined in __main__, a notebook or another function; move it into a module or use 'fork'"
         )
     if start_method == "fork":
-        # Import DTensor (and the torch._dynamo it loads on first use, about 1 s) once here,
-        # so the forked ranks inherit it instead of each importing it again.
-        import torch._dynamo  # noqa: F401
+        # DTensor loads PyTorch's compiler stack on its first use, about 3 s in each rank. Load both once here, so
+        # the forked ranks inherit them: torch.compiler.disable loads that stack, and wrapping a no-op with it has
+        # no other effect (torch.compiler.reset() would also drop the caller's compiled code).
         import torch.distributed.tensor  # noqa: F401
+
+        torch.compiler.disable(lambda: None)
     ctx = torch_mp.get_context(start_method)
     reports, report = ctx.Pipe(duplex=False)  # every rank sends one report; this process reads them
     lock = ctx.Lock()

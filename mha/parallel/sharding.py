@@ -12,9 +12,11 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ..cache import KVCache
+from ..efficient import KVCache
 from ..multihead import MultiHeadAttention
 from .agree import agree_on_call, agree_on_layer, fingerprint, layer_summary
+from .checkpoints import check_shard, save_shard
+from .heads import from_heads, head_rows, kv_heads
 
 __all__ = ["ShardedMultiHeadAttention", "out_columns", "qkv_rows", "shard_heads"]
 
@@ -42,14 +44,7 @@ def qkv_rows(module: MultiHeadAttention, rank: int, world_size: int) -> torch.Te
     _check_split(module, world_size)
     if not 0 <= rank < world_size:
         raise ValueError(f"rank={rank} is not in [0, world_size={world_size})")
-    d_k, h, g = module.d_k, module.h, module.n_kv_heads
-    q, kv = _head_range(h, rank, world_size), _head_range(g, rank, world_size)
-    k_start, v_start = h * d_k, (h + g) * d_k  # where W_K and W_V begin in qkv
-    return torch.cat([
-        torch.arange(q.start * d_k, q.stop * d_k),
-        torch.arange(k_start + kv.start * d_k, k_start + kv.stop * d_k),
-        torch.arange(v_start + kv.start * d_k, v_start + kv.stop * d_k),
-    ])
+    return head_rows(module, _head_range(module.h, rank, world_size), _head_range(kv_heads(module), rank, world_size))
 
 
 def out_columns(module: MultiHeadAttention, rank: int, world_size: int) -> torch.Tensor:
@@ -73,9 +68,9 @@ class ShardedMultiHeadAttention(nn.Module):
     """One rank's share of a ``MultiHeadAttention``'s heads; build it with :func:`shard_heads`.
 
     Attributes:
-        heads: ``MultiHeadAttention.from_heads(full, head_ids, out_bias=False)``:
-            a layer holding this rank's h/N query heads and
-            n_kv_heads/N K/V heads (d_k unchanged): ``heads.qkv.weight`` is
+        heads: ``mha.parallel.from_heads(full, head_ids, out_bias=False)``, an
+            ``mha.GroupedQueryAttention`` holding this rank's h/N query heads
+            and n_kv_heads/N K/V heads (d_k unchanged): ``heads.qkv.weight`` is
             ``full.qkv.weight[qkv_rows(full, rank, N)]`` and
             ``heads.out.weight`` is ``full.out.weight[:, out_columns(...)]``.
             Its ``out`` has no bias: a partial output per rank.
@@ -85,6 +80,26 @@ class ShardedMultiHeadAttention(nn.Module):
         d_model, h, n_kv_heads, d_k: the full layer's sizes.
         head_ids, kv_head_ids: ``range`` of the global query and K/V heads
             held here.
+
+    **Checkpoints are per rank.** ``shard.state_dict()`` holds this rank's
+    weights only: each rank saves its own file and loads it back on the same
+    rank of the same split. What the shard holds (its rank, N, its heads and
+    the full layer's sizes) travels in the state_dict's metadata (no tensor,
+    no key, so ``to_empty`` and ``torch.func.functional_call`` are
+    unaffected), and ``load_state_dict`` refuses another rank's shard, or a
+    shard of another split or layer, naming both (case C30): every rank's
+    weights have the same shapes, so they would load and compute other heads.
+    A dict that lost the metadata (rebuilt by a comprehension, or read from
+    safetensors) loads unchecked. For one file of the whole layer, every rank
+    calls :func:`full_state_dict`; to shard a saved whole layer again, load it
+    into the whole layer and shard that::
+
+        state = mha.parallel.full_state_dict(shard)  # on every rank: a collective
+        if dist.get_rank() == 0:
+            torch.save(state, "layer.pt")
+        layer = mha.MultiHeadAttention(d_model, h)  # later, on any number of ranks
+        layer.load_state_dict(torch.load("layer.pt"))
+        shard = mha.parallel.shard_heads(layer)
     """
 
     def __init__(
@@ -103,13 +118,15 @@ class ShardedMultiHeadAttention(nn.Module):
         except Exception as err:  # told to every rank below, so that no rank waits for this one
             error = err
         agree_on_layer(self.group, error, None if error else layer_summary(module))
-        self.d_model, self.h, self.n_kv_heads, self.d_k = module.d_model, module.h, module.n_kv_heads, module.d_k
+        self.d_model, self.h, self.n_kv_heads, self.d_k = module.d_model, module.h, kv_heads(module), module.d_k
         self.head_ids = _head_range(self.h, self.rank, self.world_size)
         self.kv_head_ids = _head_range(self.n_kv_heads, self.rank, self.world_size)
-        self.heads = MultiHeadAttention.from_heads(module, self.head_ids, out_bias=False)
+        self.heads = from_heads(module, self.head_ids, out_bias=False)
         bias = module.out.bias
         self.out_bias = None if bias is None else nn.Parameter(bias.detach().clone(), requires_grad=bias.requires_grad)
         self._meshes: dict[str, Any] = {}  # DeviceMesh per device type ("cpu", "cuda"), made on first use
+        self.register_state_dict_post_hook(save_shard)  # what it holds, in the metadata (case C30)
+        self.register_load_state_dict_pre_hook(check_shard)
 
     def forward(
         self,
@@ -153,6 +170,7 @@ class ShardedMultiHeadAttention(nn.Module):
             Without ``check_ranks`` a rank's error is raised on that rank only.
         """
         fields = self._fingerprints(x, context, mask, causal, need_weights, cache) if self.check_ranks else {}
+        saved = cache._snapshot() if isinstance(cache, KVCache) else None  # a refused call leaves it as it was
         seed = self._dropout_seed()  # before anything can fail, so that every rank draws it
         error = None
         try:  # everything that may raise on one rank only, before any rank sums anything
@@ -167,10 +185,15 @@ class ShardedMultiHeadAttention(nn.Module):
                 y, w = self.heads(x, context, causal=causal, mask=local_mask, need_weights=need_weights, cache=cache)
         except Exception as err:
             error = err
-        if self.check_ranks:
-            agree_on_call(self.group, self._exchange_device(), error, fields)
-        elif error is not None:
-            raise error
+        try:
+            if self.check_ranks:
+                agree_on_call(self.group, self._exchange_device(), error, fields)
+            elif error is not None:
+                raise error
+        except BaseException:  # refused here or on another rank: no rank's cache keeps this step
+            if saved is not None:
+                cache._restore(saved)
+            raise
         y = _sum_over_ranks(y, mesh)  # g: all-reduce; backward passes dL/dy through
         if self.out_bias is not None:
             y = y + self.out_bias  # once, after the sum (every rank adding it would count it N times)
@@ -310,7 +333,7 @@ def _check_initialized():
 
 def _check_split(module, world_size):
     _check_module(module)
-    h, g = module.h, module.n_kv_heads
+    h, g = module.h, kv_heads(module)
     if h % world_size:
         divisors = [n for n in range(1, h + 1) if h % n == 0]
         raise ValueError(
