@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from ._optional import pyplot
-from .labels import not_one_string
+from .labels import AS_WRITTEN, label, not_one_string
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -131,7 +131,7 @@ def plot_heads(
             ax.remove()  # an empty slot at the end of the grid
             continue
         image = ax.imshow(w[i], vmin=0.0, vmax=vmax, cmap=cmap)
-        ax.set_title(head_names[i], fontsize="medium")
+        ax.set_title(label(head_names[i]), fontsize="medium", **AS_WRITTEN)
         _label_axes(ax, tokens, key_tokens)
         if i % ncols == 0:  # first column
             ax.set_ylabel("query")
@@ -140,7 +140,7 @@ def plot_heads(
     extend = "max" if (w > vmax).any() else "neither"
     fig.colorbar(image, ax=axes.ravel().tolist()[:h], shrink=0.8, label="attention weight", extend=extend)
     if title:
-        fig.suptitle(title)
+        fig.suptitle(label(title), **AS_WRITTEN)
     return fig
 
 
@@ -187,7 +187,7 @@ def plot_mask(
     ax.set_xlabel("key")
     ax.set_ylabel("query")
     if title:
-        ax.set_title(title)
+        ax.set_title(label(title), **AS_WRITTEN)
     return fig
 
 
@@ -222,7 +222,9 @@ def _check_labels(labels, n, name, dim):
 
 
 def _label_axes(ax, tokens, key_tokens):
+    """Tick labels that show each token as written (case C31: "$x$" was drawn as math, "$_$" crashed the draw)."""
     if tokens is not None:
-        ax.set_yticks(range(len(tokens)), labels=list(tokens), fontsize="small")
+        ax.set_yticks(range(len(tokens)), labels=[label(t) for t in tokens], fontsize="small", **AS_WRITTEN)
     if key_tokens is not None:
-        ax.set_xticks(range(len(key_tokens)), labels=list(key_tokens), fontsize="small", rotation=90)
+        ax.set_xticks(range(len(key_tokens)), labels=[label(t) for t in key_tokens], fontsize="small", rotation=90,
+                      **AS_WRITTEN)

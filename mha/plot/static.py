@@ -21,7 +21,7 @@ import math
 import warnings
 from dataclasses import dataclass
 
-from .labels import display_label
+from .labels import AS_WRITTEN, display_label, label
 
 MAX_TOKENS = 32  # queries and keys drawn
 MAX_HEIGHT = 2800  # px: heatmaps are drawn while they fit in this height (at least one; 12 heads at 32 tokens fit)
@@ -188,6 +188,18 @@ def static_png(view) -> bytes:
     Raises:
         ModuleNotFoundError: matplotlib is not installed (names the extra to install).
     """
+    fig = static_figure(view)
+    buf = io.BytesIO()
+    with warnings.catch_warnings():
+        # A token in a script DejaVu Sans lacks is drawn as a box; the HTML view shows it properly.
+        warnings.filterwarnings("ignore", message=r"Glyph \d+ .*missing from font")
+        fig.savefig(buf, format="png", dpi=_PNG_DPI, metadata={"Software": None})
+    return buf.getvalue()
+
+
+def static_figure(view):
+    """The static picture as a matplotlib Figure (no pyplot: nothing is registered for display); every text in it
+    is a :func:`mha.plot.labels.label`, drawn as written."""
     from ._optional import matplotlib_figure
 
     Figure = matplotlib_figure("the head view's PNG picture")
@@ -196,8 +208,8 @@ def static_png(view) -> bytes:
     g = layout(view)
     W, H = g.width, g.height
     fig = Figure(figsize=(W / _PNG_DPI, H / _PNG_DPI), dpi=_PNG_DPI)
-    text = lambda x, y, s, **kw: fig.text(x / W, 1 - y / H, s.replace("$", r"\$"), fontsize=FONT,  # noqa: E731
-                                          color="#222222", usetex=False, **kw)
+    text = lambda x, y, s, **kw: fig.text(x / W, 1 - y / H, label(s), fontsize=FONT,  # noqa: E731
+                                          color="#222222", usetex=False, **AS_WRITTEN, **kw)
     cmap = ListedColormap(COLORS)
     bar = fig.add_axes((8 / W, 1 - 34 / H, 21 * 10 / W, 12 / H))
     bar.imshow([list(range(21))], cmap=cmap, vmin=-0.5, vmax=20.5, aspect="auto")
@@ -223,9 +235,4 @@ def static_png(view) -> bytes:
             if k % g.cols == 0:
                 for i, tok in enumerate(g.queries):
                     text(g.left - 4, y0 + (i + 0.5) * g.cell, tok, ha="right", va="center")
-    buf = io.BytesIO()
-    with warnings.catch_warnings():
-        # A token in a script DejaVu Sans lacks is drawn as a box; the HTML view shows it properly.
-        warnings.filterwarnings("ignore", message=r"Glyph \d+ .*missing from font")
-        fig.savefig(buf, format="png", dpi=_PNG_DPI, metadata={"Software": None})
-    return buf.getvalue()
+    return fig

@@ -12,7 +12,9 @@ from ._optional import matplotlib_figure, pyplot
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-NOTEBOOK_RC = {"font.size": 12.0}  # matplotlib's default is 10; see notebook_style
+NOTEBOOK_RC = {"font.size": 13.0}  # matplotlib's default is 10; see notebook_style
+#: Where a notebook's stored figure keeps the size of its smallest text (``tests/test_phone_figures.py`` reads it).
+TEXT_KEY = "mha_smallest_text"
 
 
 def notebook_style() -> None:
@@ -26,11 +28,11 @@ def notebook_style() -> None:
       ``<Figure size 640x480 with 1 Axes>``, whose pixel size follows the dpi; strict
       nbval compares that text. Inside IPython this shows ``<Figure with 1 Axes>`` instead.
 
-    On top of the defaults, text is 12 pt instead of 10 (``font.size``; titles, ticks
-    and legends follow it): the website shows a figure scaled to its text column
-    (about 650 px at a 1200 px window), so a 10-inch figure drawn at 100 dpi is shown
-    at 65% and its text must start larger to stay readable there. The dpi stays
-    matplotlib's 100, and with it the PNGs' size in bytes.
+    On top of the defaults, text is 13 pt instead of 10 (``font.size``; titles, ticks
+    and legends follow it), for phones: a phone shows a figure at most ~358 px wide, so
+    text stays >= 9 px there on a figure up to 13 / 1.8 = 7 inches wide. Inside IPython,
+    each figure's stored PNG also records its smallest text in points and its dpi (in the
+    output's metadata, which nbval does not compare), so that a test can check it.
 
     Call it once, before the first figure. Outside IPython only the style is reset.
 
@@ -50,8 +52,47 @@ def notebook_style() -> None:
     shell = get_ipython()
     if shell is not None:
         figure = matplotlib_figure("notebook_style")
-        shell.display_formatter.formatters["text/plain"].for_type(figure, _figure_text)
+        formatters = shell.display_formatter.formatters
+        formatters["text/plain"].for_type(figure, _figure_text)
+        try:
+            draw = formatters["image/png"].lookup_by_type(figure)
+        except KeyError:  # no inline backend: no PNG is stored
+            return
+        draw = getattr(draw, "draws", draw)  # called again: wrap the inline backend's printer, not ours
+        formatters["image/png"].for_type(figure, _Recording(draw))
 
 
 def _figure_text(fig: Figure, printer, cycle: bool) -> None:
     printer.text(f"<Figure with {len(fig.axes)} Axes>")
+
+
+class _Recording:
+    """The inline backend's PNG printer, and the figure's smallest drawn text as the PNG's metadata."""
+
+    def __init__(self, draws):
+        self.draws = draws
+
+    def __call__(self, fig: Figure):
+        from matplotlib.text import Text
+
+        png = self.draws(fig)  # draws the figure: its tick labels exist now
+        shown = [t for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip() and _drawn(t)]
+        if png is None or not shown:
+            return png
+        smallest = min(shown, key=lambda t: t.get_fontsize())
+        return png, {TEXT_KEY: {"points": round(float(smallest.get_fontsize()), 2), "dpi": float(fig.dpi),
+                                "text": smallest.get_text()[:40]}}
+
+
+def _drawn(text) -> bool:
+    """False for a tick label outside its axis' view (matplotlib keeps such ticks but does not draw them)."""
+    axes = text.axes
+    if axes is None:
+        return True
+    for axis in (axes.xaxis, axes.yaxis):
+        for tick in axis.majorTicks + axis.minorTicks:
+            if text is tick.label1 or text is tick.label2:
+                low, high = sorted(axis.get_view_interval())
+                loc = tick.get_loc()
+                return tick.get_visible() and loc is not None and low - 1e-9 <= loc <= high + 1e-9
+    return True
