@@ -37,7 +37,20 @@ def vocabulary(words: list[str], size: int) -> list[str]:
 
 
 def encode(words: list[str], itos: list[str]) -> torch.Tensor:
-    """Word ids (int64), lower-casing each word; words outside the vocabulary become ``<unk>`` (id 0)."""
+    """Word ids (int64), lower-casing each word; words outside the vocabulary become ``<unk>`` (id 0).
+
+    Raises:
+        TypeError: ``words`` is one string (it would be encoded letter by letter) or holds something else than
+            strings (names the first). ValueError: ``itos[0]`` is not ``<unk>``, so id 0 would be a real word.
+    """
+    if isinstance(words, str):
+        raise TypeError(f"words must be a list of words, got one string {words[:30]!r}: use text.split()")
+    bad = next(((i, w) for i, w in enumerate(words) if not isinstance(w, str)), None)
+    if bad is not None:
+        raise TypeError(f"words[{bad[0]}] must be a string, got {type(bad[1]).__name__} {bad[1]!r}")
+    if not len(itos) or itos[0] != UNK:
+        raise ValueError(f"itos[0] must be {UNK!r}, the id of every word outside the vocabulary, got "
+                         f"{itos[0] if len(itos) else None!r}: make itos with vocabulary(words, size)")
     stoi = {w: i for i, w in enumerate(itos)}
     return torch.tensor([stoi.get(w.lower(), 0) for w in words], dtype=torch.long)
 

@@ -37,7 +37,8 @@ class WordLM(nn.Module):
     attention weights (rows are queries, causal: a query sees keys 0..i), or of None without need_weights.
 
     Raises:
-        ValueError: ids is not 2-D int64, or longer than the context.
+        ValueError: ids is not 2-D int64, is longer than the context, or holds an id outside [0, vocab_size)
+            (names it; words outside the vocabulary are id 0, ``<unk>``: ``mha.english.data.encode`` maps them).
     """
 
     def __init__(self, vocab_size: int, d_model: int = 64, h: int = 4, layers: int = 3, context: int = 128,
@@ -64,7 +65,14 @@ class WordLM(nn.Module):
             got = f"{ids.dtype} tensor of shape {tuple(ids.shape)}" if isinstance(ids, torch.Tensor) else type(ids)
             raise ValueError(f"ids must be an int64 tensor (B, T); got a {got}")
         if ids.size(1) > self.pos.num_embeddings:
-            raise ValueError(f"ids has T={ids.size(1)}, longer than the model's context {self.pos.num_embeddings}")
+            raise ValueError(f"ids has T={ids.size(1)}, longer than the model's context {self.pos.num_embeddings}: "
+                             f"cut it into windows of at most {self.pos.num_embeddings}")
+        V = self.emb.num_embeddings
+        outside = (ids < 0) | (ids >= V)
+        if ids.device.type != "meta" and bool(outside.any()):  # F.embedding would raise a bare IndexError (C32)
+            raise ValueError(f"ids holds {ids[outside][0].item()}, outside the vocabulary: word ids are 0 to {V - 1} "
+                             f"(vocab_size={V}), and id 0 is <unk>, the id of every word outside the vocabulary; "
+                             "encode words with mha.english.data.encode(words, itos), which maps those to 0")
         x = self.emb(ids) + self.pos(torch.arange(ids.size(1), device=ids.device))
         weights = []
         for block in self.blocks:

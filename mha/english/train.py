@@ -34,21 +34,22 @@ def batch(ids: torch.Tensor, size: int, context: int, g: torch.Generator, repeat
     return chunks[:, :-1], chunks[:, 1:]
 
 
-def lr_at(step: int, steps: int, lr: float, warmup: int = 100) -> float:
-    """Linear warm-up over ``warmup`` steps, then a cosine from lr down to lr / 10 at ``steps``."""
+def lr_at(step: int, steps: int, lr: float, warmup: int = 100, floor: float = 0.1) -> float:
+    """Linear warm-up over ``warmup`` steps, then a cosine from lr down to ``floor * lr`` at ``steps``."""
     if step < warmup:
         return lr * (step + 1) / warmup
     done = min(1.0, (step - warmup) / max(1, steps - warmup))
-    return lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * done)))
+    return lr * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * done)))
 
 
 def train(model: WordLM, ids: torch.Tensor, steps: int, *, seed: int, batch_size: int = 16, lr: float = 3e-3,
-          repeat: float = 0.0, max_seconds: float = math.inf, stop_after: int | None = None, log_every: int = 100,
-          on_log=None):
+          repeat: float = 0.0, lr_floor: float = 0.1, max_seconds: float = math.inf, stop_after: int | None = None,
+          log_every: int = 100, on_log=None):
     """Train ``model`` in place on the token ids ``ids`` (1-D int64) for ``steps`` steps; returns the log.
 
     The log is a list of ``(step, loss, seconds)``: the mean training loss of the ``log_every`` steps before
-    ``step``. ``on_log(step, loss, seconds)`` is called at each entry (and may save a checkpoint). Training stops
+    ``step``. The learning rate warms up over 100 steps, then follows a cosine down to ``lr_floor * lr``.
+    ``on_log(step, loss, seconds)`` is called at each entry (and may save a checkpoint). Training stops
     early, after a logged step, once ``max_seconds`` have passed (a wall-clock cap), or after step ``stop_after``
     (which repeats a capped run exactly: the schedule still runs over ``steps``). The batches come from a
     generator seeded with ``seed``, as is the model's dropout-free initialisation by the caller.
@@ -60,7 +61,7 @@ def train(model: WordLM, ids: torch.Tensor, steps: int, *, seed: int, batch_size
     model.train()
     for step in range(steps):
         for group in opt.param_groups:
-            group["lr"] = lr_at(step, steps, lr)
+            group["lr"] = lr_at(step, steps, lr, floor=lr_floor)
         x, y = batch(ids, batch_size, context, g, repeat)
         logits, _ = model(x)
         loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1))
