@@ -6,8 +6,8 @@
     python experiments/heads_sweep.py --seeds 0 1 --json /tmp/s.json   # some seeds only
 
 The full sweep writes ``mha/data/heads_sweep.json``, which ships inside the package, so notebook 03 plots it
-wherever it opens, Colab included, through ``importlib.resources``; the notebook trains seeds 0 and 1 of the main
-runs live. ``tests/test_heads_claims.py`` checks every count notebook 03 states against the file, and that the
+wherever it opens, Colab included, through ``importlib.resources``; the notebook trains seed 1 of the main runs
+(h = 1 and 4) live. ``tests/test_heads_claims.py`` checks every count notebook 03 states against the file, and that the
 notebook's live models are the file's; ``tests/test_experiment.py`` reruns part of the sweep and checks that it
 reproduces the file.
 

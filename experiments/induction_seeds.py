@@ -1,13 +1,14 @@
 """Notebook 05's training over 10 seeds, ahead of time: the rates that notebook 05 states come from here.
 
-    python experiments/induction_seeds.py                          # 30 models, about 2 minutes on 2 quiet cores
+    python experiments/induction_seeds.py                          # 30 models, about 5 minutes on 2 busy cores
     python experiments/induction_seeds.py --seeds 0 7 --json /tmp/s.json   # some seeds only
 
 It writes ``mha/data/induction_seeds.json``, which ships inside the package, so notebook 05 reads it wherever it
 opens, Colab included, through ``importlib.resources``. Each seed sets the initial weights and the training
 batches (induction_task.run) of three models trained for 500 steps, as in the notebook: two layers with h = 4
 (the notebook's model), two layers with h = 1 (its one-head-per-layer control) and one layer with h = 4 (the
-control for "one layer has no direct way to solve this"). The notebook trains seeds 0 to 2 live;
+control for "one layer has no direct way to solve this"); each run keeps its measurements and the mean training loss
+of every 10 steps, which the notebook draws for all ten seeds. The notebook trains seed 0's two-layer models live;
 ``tests/test_induction_seeds.py`` reruns some seeds and compares them with the shipped file.
 
 One thread per process, as in the notebook: the matrices are tiny, and training repeats bit for bit on one machine.

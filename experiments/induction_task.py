@@ -1,6 +1,6 @@
 """Notebook 05's task, model, training and measurements, as a module that induction_seeds.py can run many times.
 
-This is the code of notebook 05's sections 1 to 8, with what the notebook keeps in global variables (the
+This is the code of notebook 05's sections 1 to 7, with what the notebook keeps in global variables (the
 evaluation set, the number of steps) made arguments. With the notebook's settings it trains the very same models:
 the same batches, the same initial weights, the same updates (one thread). tests/test_induction_seeds.py checks
 that the functions here are the notebook's, line for line.
@@ -27,10 +27,7 @@ EVAL_SEED = 1  # the evaluation set's generator
 
 
 def make_batch(n, generator):
-    """n sequences whose last L letters repeat the L letters before them; L is drawn per sequence.
-
-    Returns the tokens (n, T) and in_repeat (n, T), True on the repeated copy.
-    """
+    """n sequences whose last L letters (L drawn per sequence) repeat the L before them: tokens, in_repeat (n, T)."""
     fresh = torch.rand(n, V, generator=generator).argsort(dim=-1)[:, :T]  # (n, T): all different within a row
     L = torch.randint(L_MIN, L_MAX + 1, (n, 1), generator=generator)  # (n, 1)
     pos = torch.arange(T)  # (T,)
@@ -72,11 +69,7 @@ class TinyTransformer(nn.Module):
 
 
 def head_scores(weights, in_repeat):
-    """Per-head attention on the two jobs, averaged over a batch.
-
-    weights: (B, n_layers, h, T, T); in_repeat: (B, T). Returns three (n_layers, h) tensors:
-    prev before the repeat, prev inside the repeat, matched inside the repeat.
-    """
+    """(B, n_layers, h, T, T) weights -> prev before the repeat, prev inside it, matched: (n_layers, h) batch means."""
     B, T = in_repeat.shape
     to_prev = weights.diagonal(offset=-1, dim1=-2, dim2=-1)  # (B, n_layers, h, T-1): query t -> key t-1
     before = (~in_repeat[:, 1:])[:, None, None]  # (B, 1, 1, T-1): queries 1..T-1 before the repeat
@@ -100,8 +93,7 @@ def repeat_loss(model, tokens, in_repeat):
 
 
 def train(model, get_batch, loss_fn, steps, lr=3e-3, quiet=False):
-    """AdamW on get_batch() for `steps` steps. Prints the mean loss of every 100 steps (unless quiet); returns every
-    step's loss."""
+    """AdamW on get_batch() for `steps` steps; prints the mean loss of every 100 (unless quiet), returns every loss."""
     opt = torch.optim.AdamW(model.parameters(), lr=lr)
     losses = []
     for step in range(1, steps + 1):
@@ -122,7 +114,7 @@ def solved_at(run, window=25):
 
 def attention_with_ablation(attn, x, keep):
     """attn(x) with head i's output multiplied by keep[i] (0 = ablated) before W_O."""
-    q, k, v = attn.project(x)  # each (B, T, d_model)
+    q, k, v = mha.project(attn, x)  # each (B, T, d_model)
     q, k, v = (mha.split_heads(t, attn.h) for t in (q, k, v))  # each (B, h, T, d_k)
     out, w = mha.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, h, T, d_k), (B, h, T, T)
     out = out * keep[:, None, None]  # (B, h, T, d_k): zero the ablated heads
@@ -188,8 +180,8 @@ def ablation(model, evaluation, loss):
 
 
 def measure(trained, run_losses, evaluation):
-    """What notebook 05's sections 4 to 7 claim, measured on one trained model (ablation for h > 1 and two
-    layers only)."""
+    """What notebook 05's sections 4 to 6 measure and section 7 counts, on one trained model (ablation for h > 1
+    and two layers only)."""
     with torch.no_grad():
         _, w_s = trained(evaluation.x)
     loss_s = evaluation.loss(trained)
@@ -209,10 +201,12 @@ def measure(trained, run_losses, evaluation):
 
 
 def run(seed, h=4, n_layers=2, steps=STEPS, evaluation=None, device="cpu"):
-    """Train one model as notebook 05 does (initial weights and batches from `seed`); return what measure() finds,
-    with the training losses."""
+    """Train one model as notebook 05 does (initial weights and batches from `seed`); return what measure() finds
+    and the mean training loss of every 10 steps (notebook 05 draws it), the model, and every step's loss."""
     evaluation = evaluation or Evaluation(device)
     torch.manual_seed(seed)
     model = TinyTransformer(V, T, h=h, n_layers=n_layers).to(device)
     losses = train(model, batches(seed, device), repeat_loss, steps, quiet=True)
-    return dict(seed=seed, h=h, n_layers=n_layers, steps=steps, **measure(model, losses, evaluation)), model, losses
+    curve = [float(f"{sum(losses[s : s + 10]) / 10:.4g}") for s in range(0, steps, 10)]  # steps 1-10, 11-20, ...
+    return (dict(seed=seed, h=h, n_layers=n_layers, steps=steps, **measure(model, losses, evaluation), curve=curve),
+            model, losses)

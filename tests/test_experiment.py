@@ -7,15 +7,15 @@ the file (``test_the_sweep_reproduces_the_shipped_results``, only with ``--exper
 
 Which part. The 10-seed sweep took 51 minutes on 2 shared cores (seeds 0-4: 1,050 s at load 5; seeds 5-9: 2,054 s at
 load 11), too long for CI, whose whole run must stay under 30 minutes. CI reruns seeds 0 and 1 (RERUN_SEEDS), about
-3 minutes of its time (it reran seeds 0-4 until the whole run passed 30 minutes): they are the seeds notebook 03
-trains live for 300 steps, here with their 3,000- and 15,000-step runs too, and they are among the seeds whose rerun
+3 minutes of its time (it reran seeds 0-4 until the whole run passed 30 minutes): seed 1 is the one notebook 03
+trains live for 300 steps, here with its 3,000- and 15,000-step runs too, and both are among the seeds whose rerun
 with other CPU kernels measured the tolerances below, so a difference beyond those tolerances means a real change.
 Seeds 2, 3 and 4 were part of that measurement too. Seeds 2-9 are trusted without a rerun in CI: they were recorded
 by the same script, whose runs depend only on their settings and seed, on the same kind of machine (AMD EPYC, torch
 2.13.0), which reproduced seeds 0 and 1 (h = 1, 2 and 4 at 300 steps) to the file's 4 decimals; the smoke test
 proves the script still runs with every group and field. Seeds 5-9 were not rerun with other kernels, and one of
 them is a run that a small change could tip: seed 9's one head with 6 nouns stays stuck near chance on two relations
-(notebook 03, section 9), so the tolerances below would not cover a rerun of it on another CPU.
+(notebook 03, section 8), so the tolerances below would not cover a rerun of it on another CPU.
 
 How close is close enough? On the machine that recorded the file, a rerun is identical, number for number. Another
 CPU rounds differently (other vector kernels, other summation orders), and a small difference early in training
