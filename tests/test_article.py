@@ -3,10 +3,13 @@
 The article (Part 6, "Multi-head attention: many ways of looking at one sentence") prints one code block. It is held
 here as a literal, copied character for character, and the notebook must contain it as one code cell, unchanged,
 with the article's printed result as that cell's stored output. Only ``scaled_dot_product_attention`` ("from the
-previous post") comes from ``mha``, imported in a cell of its own before it.
+previous post") comes from ``mha``, imported in a cell of its own before its first use (the loop of small heads
+that comes before the article's class uses it too), and nothing before the article's cell defines the class or
+another ``scaled_dot_product_attention``.
 """
 
 import json
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,9 +65,11 @@ def test_it_ran_and_printed_what_the_article_says():
 def test_only_its_attention_function_comes_from_mha_in_a_cell_of_its_own():
     sources = [source(c) for c in code_cells()]
     before = sources[: sources.index(ARTICLE_CODE)]
-    imports = [s for s in before if "scaled_dot_product_attention" in s]
-    assert len(imports) == 1, imports
-    lines = [line for line in imports[0].splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    uses = [s for s in before if "scaled_dot_product_attention" in s]
+    assert uses, "no cell before the article's code imports scaled_dot_product_attention"
+    lines = [line for line in uses[0].splitlines() if line.strip() and not line.lstrip().startswith("#")]
     assert [line.split("#")[0].strip() for line in lines] == ["from mha import scaled_dot_product_attention"]
-    # nothing earlier defines the class: the one that runs is the article's
-    assert not any("class MultiHeadAttention" in s for s in before)
+    # nothing earlier defines the class or rebinds the function: the ones that run are the article's and Part 5's
+    rebinds = re.compile(r"^\s*(class MultiHeadAttention\b|def scaled_dot_product_attention\b|"
+                         r"scaled_dot_product_attention\s*=[^=]|import .*\bscaled_dot_product_attention\b)", re.M)
+    assert not any(rebinds.search(s) for s in before if s is not uses[0]), [s[:80] for s in before if rebinds.search(s)]

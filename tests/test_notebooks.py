@@ -17,7 +17,8 @@ ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))  # the chapters
 SOLUTIONS = sorted((ROOT / "notebooks" / "solutions").glob("*.ipynb"))  # one per chapter
 EVERY_NOTEBOOK = NOTEBOOKS + SOLUTIONS
-REPO_URL = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]["Homepage"]
+URLS = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]
+REPO_URL, SITE_URL = URLS["Homepage"], URLS["Documentation"].rstrip("/")
 GITHUB_PATH = REPO_URL.removeprefix("https://github.com/")
 COLAB = f"https://colab.research.google.com/github/{GITHUB_PATH}/blob/main/"
 VERSION = re.search(r'__version__ = "([^"]+)"', (ROOT / "mha" / "__init__.py").read_text()).group(1)
@@ -67,8 +68,8 @@ def test_install_cell_is_guarded_and_installs_this_release_from_the_index(path):
     install = source(cells(path, "code")[0])
     assert 'if "google.colab" in sys.modules:' in install
     # Pinned to the release the notebook was executed with, so it never meets a newer library; from the package
-    # index by name (tests/test_colab.py installs it so from a local index, and checks the failure path).
-    assert '"-m", "pip", "install", "-q", "--no-color", "mha==' in install and "git+" not in install
+    # index by name, and from the repository while no release is there (tests/test_colab.py runs all three ways).
+    assert 'pip_install("mha==' in install and f'pip_install("mha @ git+{REPO_URL}")' in install
     assert set(re.findall(r"mha==([\w.]+)", install)) == {VERSION}
     # One install cell for every notebook, so the failure path tested on one notebook is every notebook's.
     assert install == source(cells(NOTEBOOKS[0], "code")[0])
@@ -179,16 +180,24 @@ def test_chapter_has_one_solutions_notebook_where_every_check_passes(number):
     assert not pending - Counter(checker for checker, _ in solved), f"not solved in {solution.name}: {pending}"
 
 
-# Openings (issue 26): title, badge, what the notebook shows in at most three sentences, and one time line, the same
-# format everywhere, so that the reading minutes (measured by readers) have one place to go.
-OPENED = ["01", "02", "03", "04", "05", "06", "07", "08"]
-TIME_LINE = re.compile(r"^\*\*Time:\*\* about (\d+) minutes to read \(the median of two readers\), exercises not "
-                       r"counted; (\d+) s to run on 2 CPU cores\.$", re.M)
+# Openings (issues 26 and 29): title, badge, the tier line, what the notebook shows in at most three sentences, and
+# one time line, the same format everywhere; then the install cell, folded on the website.
+TIERS = {"The lesson": ["02"], "The evidence": ["03", "05", "06"], "Going further": ["01", "04", "07", "08"]}
+TIER_LINE = re.compile(r"^\*\*Part 6 · (The lesson|The evidence|Going further)\*\*: \S", re.M)
+TIME_LINE = re.compile(r"^\*\*Time:\*\* about (\d+) minutes to read, exercises not counted; (\d+) s to run on a "
+                       r"CPU\.$", re.M)
 
 
-@pytest.mark.parametrize("number", OPENED)
-def test_opening_says_in_three_sentences_what_it_shows_then_how_long(number):
-    first = source(cells(chapter(number))[0])
+def opening(number):
+    return source(cells(chapter(number))[0])
+
+
+@pytest.mark.parametrize("number", CHAPTERS)
+def test_opening_names_its_tier_says_in_three_sentences_what_it_shows_then_how_long(number):
+    first = opening(number)
+    tiers = TIER_LINE.findall(first)
+    assert tiers == [next(t for t, numbers in TIERS.items() if number in numbers)], f"{number}: tier line {tiers}"
+    assert first.split("\n\n")[2].startswith("**Part 6 · "), f"{number}: the tier line is not right after the badge"
     assert len(TIME_LINE.findall(first)) == 1, f"{number}: no time line, or more than one, in the first cell"
     paragraphs = first[: TIME_LINE.search(first).start()].strip().split("\n\n")
     shows = paragraphs[-1].replace("e.g.", "eg")
@@ -198,25 +207,46 @@ def test_opening_says_in_three_sentences_what_it_shows_then_how_long(number):
     assert "**What you will learn" not in first and "assert" not in first
 
 
-def path_stops(text):
-    """The italic stop names of the 15-minute path section of a README-like text."""
-    section = text[text.index("15-minute path") :]
-    section = section[: section.index("\n\n", section.index("\n1. "))]  # the numbered list
-    section = re.sub(r"\[[^\]]*\]\([^)]*\)", "", section)  # links name notebooks, not stops
-    return [" ".join(stop.split()) for stop in re.findall(r"\*([A-Z][^*]+)\*", section)]
+@pytest.mark.parametrize("path", EVERY_NOTEBOOK, ids=name)
+def test_the_install_cell_comes_second_and_is_folded_on_the_website(path):
+    second = cells(path)[1]
+    assert second["cell_type"] == "code" and 'if "google.colab" in sys.modules:' in source(second)
+    assert "hide-input" in second["metadata"].get("tags", []), f"{name(path)}: install cell not tagged hide-input"
 
 
-def test_the_fifteen_minute_path_is_the_same_everywhere_and_names_real_sections():
-    docs = ROOT / "docs" / "index.md"
-    nb02 = chapter("02")
-    stops = {name: path_stops(text) for name, text in (
-        ("README.md", (ROOT / "README.md").read_text()), ("docs/index.md", docs.read_text()),
-        ("notebook 02", source(cells(nb02)[0])))}
-    assert stops["README.md"] == stops["docs/index.md"] == stops["notebook 02"], stops
-    headings = [line for c in cells(nb02, "markdown") for line in source(c).splitlines() if line.startswith("## ")]
-    for stop in stops["notebook 02"]:
-        assert any(re.sub(r"^## \d+\. ", "", h).startswith(stop) for h in headings), f"no section '{stop}' in 02"
-    assert "§" not in "".join(stops["README.md"])
+def test_stated_times_fit_the_series_budget():
+    """Every notebook <= 40 minutes; the lesson and the evidence <= 120 together; the whole series <= 200."""
+    found = {number: TIME_LINE.search(opening(number)) for number in CHAPTERS}
+    assert all(found.values()), f"no time line in {[n for n, m in found.items() if not m]}"
+    minutes = {number: int(m.group(1)) for number, m in found.items()}
+    assert max(minutes.values()) <= 40, minutes
+    assert sum(minutes[n] for n in TIERS["The lesson"] + TIERS["The evidence"]) <= 120, minutes
+    assert sum(minutes.values()) <= 200, minutes
+    assert minutes["02"] <= 30, minutes  # the lesson itself: the article's companion
+
+
+def slug(heading):
+    """The anchor the website gives a heading (MyST's GitHub-style slug: lower case, spaces as hyphens, only word
+    characters and hyphens kept); myst_heading_anchors in docs/conf.py makes it a secondary id of the section."""
+    return re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
+
+
+def test_the_fifteen_minute_path_links_land_on_the_sections_they_name():
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## The 15-minute path") :].split("\n## ")[0]
+    stops = re.findall(r"^\d\. (.*?)(?=^\d\. |\n\n|\Z)", section, re.M | re.S)
+    links = [link for stop in stops for link in re.findall(r"\[([^\]]+)\]\(([^)\s]+)\)", stop)]
+    assert len(stops) >= 3 and len(links) >= len(stops), stops
+    for text, url in links:
+        page, _, anchor = url.partition("#")
+        assert page.startswith(f"{SITE_URL}/notebooks/") and page.endswith(".html") and anchor, url
+        path = ROOT / "notebooks" / (page.rsplit("/", 1)[1].removesuffix(".html") + ".ipynb")
+        headings = [line.lstrip("#").strip() for c in cells(path, "markdown") for line in source(c).splitlines()
+                    if re.match(r"#{2,3} ", line)]
+        (heading,) = [h for h in headings if slug(h) == anchor] or [None]
+        assert heading, f"{url}: no heading of {path.name} has the anchor #{anchor}"
+        assert re.sub(r"^\d+\. ", "", heading).lower().startswith(text.strip("*").lower()), (text, heading)
+    assert "§" not in section
 
 
 # What Colab has besides the standard library (tests/test_colab.py's simulation preinstalls the same), and mha.
