@@ -4,7 +4,8 @@ Build (from the repository root):
     python -m sphinx -W --keep-going -b html -d docs/_build/doctrees docs docs/_build/html
 docs/_build/html is then exactly what gets published (the doctrees live beside it, not in it).
 The notebooks are rendered with the outputs they were committed with (nbval checks those); nothing is
-executed. docs/_ext/course.py finds the notebooks and fills in the generated parts of the pages;
+executed. docs/_ext/course.py finds the notebooks and fills in the generated parts of the pages (CONTRIBUTING.md,
+"The website", says why each is generated);
 docs/_ext/onsite.py keeps the notebooks' links on the site and makes their figures open at full size;
 docs/_ext/sitecheck.py checks every link and image of the result.
 """
@@ -31,14 +32,20 @@ import mha  # noqa: E402 (after sys.path points at the repository)
 
 release = version = mha.__version__  # the one place the version lives (pyproject reads it too)
 
-extensions = ["myst_nb", "sphinx.ext.autodoc", "sphinx.ext.napoleon", "course", "onsite", "mathml", "sitecheck"]
+extensions = ["myst_nb", "sphinx_design", "sphinx.ext.autodoc", "sphinx.ext.napoleon", "course", "onsite", "mathml",
+              "sitecheck"]
 exclude_patterns = ["_build", "_generated", "**.ipynb_checkpoints", "head_view_demo.py"]
 
 # Notebooks: show the committed outputs, never re-execute.
 nb_execution_mode = "off"
 nb_merge_streams = True
 myst_heading_anchors = 3
-myst_enable_extensions = ["colon_fence", "dollarmath"]
+myst_enable_extensions = ["colon_fence", "dollarmath", "substitution"]
+# {{ repo }} and {{ version }} in the pages (in a code block: a ```{parsed-literal} block, where they are replaced).
+myst_substitutions = {"repo": REPO_URL, "version": version}
+# [Open in Colab](colab:notebooks/NAME.ipynb): a notebook of the repository's main branch, in Colab.
+COLAB = "https://colab.research.google.com/github/" + REPO_URL.removeprefix("https://github.com/")
+myst_url_schemes = {"http": None, "https": None, "mailto": None, "colab": COLAB + "/blob/main/{{path}}"}
 
 autodoc_member_order = "bysource"
 autodoc_typehints = "description"

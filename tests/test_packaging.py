@@ -1,4 +1,6 @@
-"""What the project claims (Python and torch versions, the quick start) is what CI tests, and the reverse."""
+"""What the project claims (Python and torch versions, the ways in, the checks) is what CI runs; the package as released
+(sdist and wheel, built, checked, and installed alone with torch); and the release's version, citation and changelog.
+"""
 
 import ast
 import json
@@ -24,9 +26,10 @@ ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 README = (ROOT / "README.md").read_text()
 GUIDE = (ROOT / "CONTRIBUTING.md").read_text()
-CI = (ROOT / ".ci" / "run").read_text()
-REQUIRES = PYPROJECT["project"]["requires-python"]
-OLDEST = tuple(int(n) for n in re.fullmatch(r">=(\d+)\.(\d+)", REQUIRES).groups())
+REPO = PYPROJECT["project"]["urls"]["Homepage"]
+OLDEST = tuple(int(n) for n in re.fullmatch(r">=(\d+)\.(\d+)", PYPROJECT["project"]["requires-python"]).groups())
+VERSION = re.search(r'__version__ = "([^"]+)"', (ROOT / "mha" / "__init__.py").read_text()).group(1)
+CPU_TORCH = "pip install torch --index-url https://download.pytorch.org/whl/cpu"
 
 
 def bash_blocks(text: str, heading: str) -> list[str]:
@@ -41,6 +44,13 @@ def steps(block: str) -> list[str]:
     return [s.strip() for s in " ".join(block.splitlines()).split("&&")]
 
 
+def make(*args) -> list[str]:
+    """What ``make -n ARGS`` would run (the interpreter named python), one command a line."""
+    r = subprocess.run(["make", "-n", "-s", "PYTHON=python", *args], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.splitlines()
+
+
 def test_python_claims_agree():
     assert PYPROJECT["tool"]["ruff"]["target-version"] == f"py{OLDEST[0]}{OLDEST[1]}"
     assert f"Python {OLDEST[0]}.{OLDEST[1]} or newer" in README and f"Python {OLDEST[0]}.{OLDEST[1]} or newer" in GUIDE
@@ -49,77 +59,57 @@ def test_python_claims_agree():
     # The GitHub workflow runs the unit tests on the other versions the classifiers claim.
     classifiers = PYPROJECT["project"]["classifiers"]
     claimed = [c.rsplit(":: ", 1)[1] for c in classifiers if re.fullmatch(r".*Python :: 3\.\d+", c)]
-    workflow = (ROOT / ".github" / "workflows" / "ci.yml").read_text()
-    tested = re.search(r"python-version: \[(.*?)\]", workflow).group(1)
+    tested = re.search(r"python-version: \[(.*?)\]", (ROOT / ".github" / "workflows" / "ci.yml").read_text()).group(1)
     assert sorted([*re.findall(r'"(3\.\d+)"', tested), "3.11"]) == sorted(claimed)
 
 
-def sources():
-    """Every Python file of the project, and every notebook's code (IPython magics turned into Python)."""
-    for folder in ("mha", "tests", "benchmarks", "experiments", "notebooks"):
-        for path in sorted((ROOT / folder).rglob("*.py")):
-            yield path.relative_to(ROOT), path.read_text()
-    transform = TransformerManager().transform_cell
-    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
-        for i, cell in enumerate(json.loads(path.read_text())["cells"]):
-            if cell["cell_type"] == "code":
-                yield f"{path.relative_to(ROOT)}, cell {i}", transform("".join(cell["source"]))
-
-
 def test_every_file_parses_under_the_oldest_claimed_grammar():
-    """Only Python 3.11 runs in CI; this holds the code to the grammar of the oldest Python it claims."""
-    errors = []
-    for name, text in sources():
-        try:
-            ast.parse(text, str(name), feature_version=OLDEST)
-        except SyntaxError as err:
-            errors.append(f"{name}:{err.lineno}: {err.msg}")
+    """Only Python 3.11 runs in .ci/run; this holds the code to the grammar of the oldest Python it claims."""
+    transform, errors = TransformerManager().transform_cell, []
+    for folder in ("mha", "tests", "benchmarks", "experiments", "notebooks", "docs"):
+        files = [(p, p.read_text()) for p in sorted((ROOT / folder).rglob("*.py"))]
+        for path in sorted((ROOT / folder).glob("*.ipynb")):  # the notebooks' code, IPython magics made Python
+            code = [c for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code"]
+            files += [(f"{path}, cell {i}", transform("".join(c["source"]))) for i, c in enumerate(code)]
+        for name, text in files:
+            try:
+                ast.parse(text, str(name), feature_version=OLDEST)
+            except SyntaxError as err:
+                errors.append(f"{name}:{err.lineno}: {err.msg}")
     assert not errors, "\n".join(errors)
 
 
-def test_the_grammar_check_can_fail():
-    with pytest.raises(SyntaxError):
-        ast.parse("try:\n    pass\nexcept* ValueError:\n    pass\n", feature_version=(3, 10))
-
-
-def test_torch_floor_is_stated_and_tested():
+def test_torch_floor_is_stated_and_is_what_make_floor_installs():
     (spec,) = [d for d in PYPROJECT["project"]["dependencies"] if re.match(r"torch\b", d)]
     floor = re.fullmatch(r"torch>=(\d+\.\d+)", spec.replace(" ", "")).group(1)
     assert f"the oldest torch that `pyproject.toml` allows, {floor}.0" in GUIDE
-    # .ci/run reads the floor from pyproject.toml itself and installs exactly that version.
-    assert 'tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]' in CI
-    assert '.venv-floor/bin/pip install -q "torch==$floor"' in CI
+    assert f'.venv-floor/bin/pip install -q "torch=={floor}.0"' in make("floor")
 
 
-CPU_TORCH = "pip install torch --index-url https://download.pytorch.org/whl/cpu"
-
-
-def test_set_up_commands_make_a_venv_and_install_cpu_torch_before_anything_else():
+def test_the_readme_ways_in_are_the_commands_ci_runs():
     notebooks, library, tests = bash_blocks(README, "Set up")
-    assert steps(notebooks)[:5] == [
-        "git clone https://github.com/transformer-on-ramp/mha", "cd mha", "python3 -m venv .venv",
-        ". .venv/bin/activate", CPU_TORCH,
-    ]
+    assert steps(notebooks)[:5] == [f"git clone {REPO}", "cd mha", "python3 -m venv .venv", ". .venv/bin/activate",
+                                    CPU_TORCH]
     assert notebooks.endswith("pip install -r requirements.txt && jupyter lab notebooks")
-    assert steps(library) == [CPU_TORCH, "pip install mha"]
-    assert steps(tests)[:3] == ["python3 -m venv .venv", ". .venv/bin/activate", CPU_TORCH]
-    # CI installs its own CPU torch, then runs the last line, found as .ci/run finds it.
-    pattern = re.search(r"grep -m1 -E '([^']+)' README.md", CI).group(1)
-    ci_lines = [line for line in README.splitlines() if re.search(pattern, line)]
-    assert ci_lines == [tests.splitlines()[-1]]
-    assert ci_lines[0].endswith("python -m pytest --site --nbval --nbval-current-env tests notebooks")
-    # And the website's build line, as .ci/run and tests/test_site.py run it.
-    docs = re.search(r"grep -m1 -e '([^']+)' CONTRIBUTING.md", CI).group(1)
-    (docs_line,) = [line for line in GUIDE.splitlines() if docs in line]
-    assert docs_line.endswith("python -m sphinx -W --keep-going -b html -d docs/_build/doctrees docs docs/_build/html")
-
-
-def test_readme_says_how_to_run_jupyter_as_root_and_contributing_how_to_release():
     assert "jupyter lab notebooks --allow-root" in README
+    # No release is on PyPI yet (issue 31): the library's way in is the repository, and the README says why.
+    assert steps(library) == [CPU_TORCH, f'pip install "mha @ git+{REPO}"']
+    assert "**No release of `mha` is on PyPI yet**" in README and f"`mha=={VERSION}`" in README
+    # The test command is `make test`, which CI runs (.ci/run runs `make ci`, and ci needs test), defined once.
+    assert steps(tests) == ["python3 -m venv .venv", ". .venv/bin/activate", CPU_TORCH, 'pip install -e ".[test,docs]"',
+                            "make test"]
+    ci_run = (ROOT / ".ci" / "run").read_text()
+    assert ci_run.rstrip().endswith("make ci") and "grep" not in ci_run and "eval" not in ci_run
+    ci_needs = re.search(r"^ci: (.*)$", (ROOT / "Makefile").read_text(), re.M).group(1).split()
+    assert ci_needs[0] == "test"
+    assert make("test") == ["python -m pytest --site --nbval --nbval-current-env tests notebooks"]
+    # The fast tier, named by the README with the command it runs.
+    (fast,) = re.findall(r"`make fast` runs the fast tier instead, .*?\(`([^`]+)`\)", README, re.S)
+    assert make("fast") == [fast] == ['python -m pytest -q -m "not slow" tests']
+    # Every target the README and CONTRIBUTING quote exists (make -n fails on one that does not).
+    quoted = set(re.findall(r"`make (\w+)`", README + GUIDE))
+    assert {"fast", "test", "docs", "ci"} <= quoted and all(make(target) for target in quoted)
     assert "git tag v<version>" in GUIDE
-
-
-# --- the README, for learners -------------------------------------------------------------------------------------
 
 
 def test_readme_is_at_most_1500_words():
@@ -136,75 +126,6 @@ def test_readme_python_blocks_run_and_print_what_their_comments_say():
         # Every print's line ends with a comment that is exactly what it prints.
         said = [line.split("  # ", 1)[1] for line in block.splitlines() if line.startswith("print(")]
         assert said and r.stdout.splitlines() == said
-
-
-# --- torch alone is enough: the optional imports ------------------------------------------------------------------
-
-EXTRAS = PYPROJECT["project"]["optional-dependencies"]
-OPTIONAL = ("matplotlib", "tqdm", "IPython")  # what the notebooks extra brings (jupyter brings IPython)
-
-
-def public_modules() -> list[str]:
-    """mha and every module under it whose dotted name has no part starting with '_' (so not mha.__main__)."""
-    import mha
-
-    found = pkgutil.walk_packages(mha.__path__, "mha.")
-    return ["mha", *sorted(m.name for m in found if not any(p.startswith("_") for p in m.name.split(".")))]
-
-
-IMPORT_WITHOUT = """
-import contextlib, importlib, importlib.abc, io, json, sys, warnings
-absent = set(sys.argv[1].split(","))
-
-class Absent(importlib.abc.MetaPathFinder):  # as if these were not installed
-    def find_spec(self, name, path, target=None):
-        if name.partition(".")[0] in absent:
-            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-
-sys.meta_path.insert(0, Absent())
-results = {}
-for name in sys.argv[2:]:
-    err = io.StringIO()
-    with contextlib.redirect_stderr(err), warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        try:
-            importlib.import_module(name)
-            failure = None
-        except Exception as e:
-            failure = [type(e).__name__, str(e), isinstance(e, ImportError)]
-    results[name] = {"failure": failure, "stderr": err.getvalue(), "warnings": [str(w.message) for w in caught]}
-print(json.dumps(results))
-"""
-# The head view and the plots live with the tools helper's branch, which makes them import without matplotlib
-# (or say which extra to install). Until it is merged mha.plot fails here with a bare ModuleNotFoundError.
-MODULES = public_modules()
-
-
-@pytest.fixture(scope="module")
-def without_optional():
-    r = subprocess.run([sys.executable, "-c", IMPORT_WITHOUT, ",".join(OPTIONAL), *MODULES],
-                       capture_output=True, text=True, timeout=300, cwd=ROOT)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return json.loads(r.stdout)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("module", MODULES)
-def test_every_public_module_imports_without_the_notebook_extras_or_names_the_extra(module, without_optional):
-    got = without_optional[module]
-    assert not got["stderr"] and not got["warnings"], got
-    if got["failure"]:
-        kind, message, is_import_error = got["failure"]
-        named = [x for x in re.findall(r"mha\[(\w+)\]", message) if x in EXTRAS]
-        assert is_import_error and named, f"import {module} without {OPTIONAL}: {kind}: {message}"
-
-
-def test_the_optional_import_check_can_fail():
-    """Block torch itself: mha fails with a bare ModuleNotFoundError, which names no extra."""
-    r = subprocess.run([sys.executable, "-c", IMPORT_WITHOUT, "torch", "mha"], capture_output=True, text=True,
-                       timeout=300, cwd=ROOT)
-    kind, message, is_import_error = json.loads(r.stdout)["mha"]["failure"]
-    assert kind == "ModuleNotFoundError" and "torch" in message and "mha[" not in message
 
 
 # --- the package as released: sdist and wheel, built, checked, and installed alone with torch -----------------------
@@ -242,24 +163,20 @@ def test_sdist_and_wheel_pass_twine_check_strict(dist):
 
 
 @pytest.mark.slow
-def test_the_wheel_holds_the_package_and_the_sdist_builds_it_without_tests(dist):
+def test_the_wheel_holds_the_package_under_5_mb_and_the_sdist_builds_it_without_tests(dist):
     sdist, wheel = dist
-    version = re.search(r'__version__ = "([^"]+)"', (ROOT / "mha" / "__init__.py").read_text()).group(1)
-    assert sdist.name == f"mha-{version}.tar.gz" and wheel.name == f"mha-{version}-py3-none-any.whl"
+    assert sdist.name == f"mha-{VERSION}.tar.gz" and wheel.name == f"mha-{VERSION}-py3-none-any.whl"
     tracked = subprocess.run(["git", "ls-files", "mha"], cwd=ROOT, capture_output=True, text=True, check=True)
     package = {p for p in tracked.stdout.splitlines() if (ROOT / p).is_file()}
     with zipfile.ZipFile(wheel) as z:
-        shipped = {n for n in z.namelist() if not n.startswith(f"mha-{version}.dist-info/")}
+        shipped = {n for n in z.namelist() if not n.startswith(f"mha-{VERSION}.dist-info/")}
     assert shipped == package  # every module and data file of the package, and nothing else
+    # Notebook 06's text, labels and three models' weights ship in it (mha/data/english/, about 3.7 MB).
+    assert wheel.stat().st_size < 5_000_000, wheel.stat().st_size
     with tarfile.open(sdist) as t:
         names = {n.split("/", 1)[1] for n in t.getnames() if "/" in n}
     assert package <= names and {"LICENSE", "README.md", "CHANGELOG.md", "CITATION.cff", "pyproject.toml"} <= names
     assert not [n for n in names if n.startswith("tests/")]  # they need a checkout (notebooks, docs): not shipped
-
-
-def test_the_wheel_stays_under_5_mb(dist):
-    # Notebook 06's text, labels and three models' weights ship in it (mha/data/english/, about 3.7 MB).
-    assert dist[1].stat().st_size < 5_000_000, dist[1].stat().st_size
 
 
 @pytest.fixture(scope="module")
@@ -278,15 +195,12 @@ def alone(dist, tmp_path_factory):
                                env=env, check=True).stdout
     names = {p["name"].lower() for p in json.loads(installed)}
     assert "mha" in names and not names & {"matplotlib", "tqdm", "ipython", "jupyter"}
-
-    def run(code):
-        return subprocess.run([python, "-c", code], capture_output=True, text=True, env=env, cwd=root, timeout=300)
-
-    return run
+    return lambda code, *args: subprocess.run([python, "-c", code, *args], capture_output=True, text=True, env=env,
+                                              cwd=root, timeout=300)
 
 
 @pytest.mark.slow
-def test_import_mha_with_only_the_declared_dependencies_is_silent(alone):
+def test_import_mha_with_only_the_declared_dependencies_is_silent_and_the_walkthrough_runs(alone):
     r = alone("import mha, sys; print(mha.__file__)")
     assert r.returncode == 0 and r.stderr == "", r.stderr  # torch warns "Failed to initialize NumPy" without numpy
     assert "/venv/lib/" in r.stdout  # the installed wheel, not this checkout
@@ -294,50 +208,62 @@ def test_import_mha_with_only_the_declared_dependencies_is_silent(alone):
     assert r.returncode == 0 and r.stderr == "" and "module == step by step:" in r.stdout, r.stderr
 
 
+def public_modules() -> list[str]:
+    """mha and every module under it whose dotted name has no part starting with '_' (so not mha.__main__)."""
+    import mha
+
+    found = pkgutil.walk_packages(mha.__path__, "mha.")
+    return ["mha", *sorted(m.name for m in found if not any(p.startswith("_") for p in m.name.split(".")))]
+
+
+@pytest.mark.slow
+def test_every_public_module_imports_with_only_the_declared_dependencies_or_names_the_extra(alone):
+    code = ("import importlib, json, sys\nfailed = {}\nfor name in sys.argv[1:]:\n    try:\n"
+            "        importlib.import_module(name)\n    except ImportError as e:\n        failed[name] = str(e)\n"
+            "print(json.dumps(failed))")
+    r = alone(code, *public_modules())
+    assert r.returncode == 0 and r.stderr == "", r.stderr[-3000:]  # no warning either
+    extras = set(PYPROJECT["project"]["optional-dependencies"])
+    assert {m: e for m, e in json.loads(r.stdout).items() if not set(re.findall(r"mha\[(\w+)\]", e)) & extras} == {}
+
+
 @pytest.mark.slow
 def test_the_head_view_renders_with_only_the_declared_dependencies(alone):
-    code = (
-        "import torch\nfrom mha.plot import head_view\n"
-        "w = torch.softmax(torch.randn(2, 3, 3), -1)\n"
-        "bundle = head_view(w, ['the', 'cat', 'sat'])._repr_mimebundle_()\n"
-        "bundle = bundle[0] if isinstance(bundle, tuple) else bundle\n"
-        "print(sorted(bundle), 'mha-hv' in bundle['text/html'])"
-    )
-    r = alone(code)
+    r = alone("import torch\nfrom mha.plot import head_view\n"
+              "w = torch.softmax(torch.randn(2, 3, 3), -1)\n"
+              "bundle = head_view(w, ['the', 'cat', 'sat'])._repr_mimebundle_()\n"
+              "bundle = bundle[0] if isinstance(bundle, tuple) else bundle\n"
+              "print(sorted(bundle), 'mha-hv' in bundle['text/html'])")
     assert r.returncode == 0 and r.stderr == "", r.stderr[-3000:]
     assert "'text/html'" in r.stdout and r.stdout.rstrip().endswith("True"), r.stdout
 
 
-# --- the release: version, citation, changelog --------------------------------------------------------------------
-
-NOTES = ROOT / ".ci" / "release_notes.py"
+# --- the release: version, citation, changelog, workflows ---------------------------------------------------------
 
 
 def release_notes(*args):
-    return subprocess.run([sys.executable, str(NOTES), *args], capture_output=True, text=True, timeout=60)
+    return subprocess.run([sys.executable, str(ROOT / ".ci" / "release_notes.py"), *args], capture_output=True,
+                          text=True, timeout=60)
 
 
 def test_version_citation_and_changelog_agree():
     import yaml
 
-    version = re.search(r'__version__ = "([^"]+)"', (ROOT / "mha" / "__init__.py").read_text()).group(1)
     citation = yaml.safe_load((ROOT / "CITATION.cff").read_text())
-    assert citation["cff-version"] == "1.2.0" and citation["version"] == version
+    assert citation["cff-version"] == "1.2.0" and citation["version"] == VERSION
     assert {"message", "title", "authors", "license", "repository-code"} <= set(citation)
     assert citation["repository-code"] == PYPROJECT["project"]["urls"]["Source"]
-    notes = release_notes(version)
-    assert notes.returncode == 0 and "### Added" in notes.stdout and "## [" not in notes.stdout, notes.stderr
+    notes = release_notes(VERSION)
+    assert notes.returncode == 0 and "### " in notes.stdout and "## [" not in notes.stdout, notes.stderr
     # The release workflow's check: ready once the section has a date; while it says Unreleased, refused by name.
-    when = re.search(rf"^## \[{re.escape(version)}\] - (.+)$", (ROOT / "CHANGELOG.md").read_text(), re.M).group(1)
-    check = release_notes(version, "--check")
-    if when == "Unreleased":
-        assert check.returncode == 1 and "is dated 'Unreleased'" in check.stderr, check.stderr
-    else:
-        assert check.returncode == 0, check.stderr
+    when = re.search(rf"^## \[{re.escape(VERSION)}\] - (.+)$", (ROOT / "CHANGELOG.md").read_text(), re.M).group(1)
+    check = release_notes(VERSION, "--check")
+    assert (check.returncode, "is dated 'Unreleased'" in check.stderr) == ((1, True) if when == "Unreleased" else
+                                                                           (0, False)), check.stderr
 
 
 def test_release_check_names_what_disagrees():
-    r = release_notes("0.2.0", "--check")  # an older section: the package, the citation are 0.3.0 or later
+    r = release_notes("0.2.0", "--check")  # an older section: the package and the citation are later
     assert r.returncode == 1 and "mha.__version__ is" in r.stderr and "CITATION.cff's version is" in r.stderr
     r = release_notes("9.9.9")
     assert r.returncode != 0 and "no section '## [9.9.9]" in r.stderr
@@ -363,14 +289,13 @@ def test_ci_runs_ci_run_tags_publish_to_pypi_and_issue_templates_exist():
 
     ci = load("workflows/ci.yml")
     assert {"push", "pull_request"} <= set(ci["on"])
-    assert [s["run"] for s in ci["jobs"]["ci"]["steps"] if s.get("run") == "bash .ci/run"]  # CI is .ci/run
+    assert [s for s in ci["jobs"]["ci"]["steps"] if s.get("run") == "bash .ci/run"]  # CI is .ci/run
+    assert [s for s in ci["jobs"]["pages"]["steps"] if s.get("run") == "make docs"]  # the site it publishes
     release = load("workflows/release.yml")
     assert release["on"] == {"push": {"tags": ["v*"]}}
     build = "\n".join(s.get("run", "") for s in release["jobs"]["build"]["steps"])
-    for needed in (
-        'release_notes.py "${GITHUB_REF_NAME#v}" --check', "python -m build", "twine check --strict dist/*",
-        "MHA_DIST=dist python -m pytest -q --package tests/test_packaging.py",
-    ):
+    for needed in ('release_notes.py "${GITHUB_REF_NAME#v}" --check', "python -m build", "twine check --strict dist/*",
+                   "MHA_DIST=dist python -m pytest -q --package tests/test_packaging.py"):
         assert needed in build
     publish = release["jobs"]["publish"]
     assert publish["permissions"] == {"id-token": "write"} and publish["environment"]["name"] == "pypi"

@@ -1,26 +1,20 @@
-"""The course's pages, generated from the notebooks and the README at build time.
+"""The course's pages, generated from the notebooks at build time.
 
 - Copies notebooks/*.ipynb and notebooks/solutions/*.ipynb into docs/notebooks/ (git-ignored), so each
   becomes a page; the Colab badge's image becomes a local copy, so pages load nothing from the internet.
   The notebooks link each other with Colab URLs (they work in Colab and in Jupyter); in the copies, every such
   link but the page's own badge becomes a link to the site's page (docs/_ext/onsite.py).
   Copies of notebooks that no longer exist are removed.
-- Fills placeholders in the Markdown pages:
-  ``<!-- mha:cards -->``             the notebooks in order as cards: number, title, the README's one-liner,
-                                     "Read" and "Open in Colab";
+- Fills the placeholders that MyST and sphinx-design cannot (CONTRIBUTING.md, "The website", says why each is kept;
+  the repository URL and the version are MyST substitutions, the landing page's cards sphinx-design's):
   ``<!-- mha:api TOPIC -->``         the API reference of one topic (API_TOPICS below): every public name
                                      of mha, mha.plot, mha.parallel and mha.exercises has exactly one;
   ``<!-- mha:exercises -->``         each notebook's exercises section, and the solutions notebooks;
-  ``[[nb:SLUG]]``                    a link to the notebook whose file name contains SLUG, or plain text
-                                     if there is none yet (so pages survive a renumbering);
-  ``[[nb:SLUG#WORDS]]``              a link to that notebook's section whose heading contains WORDS (any
-                                     case): "02 §3, *The split, drawn and measured*"; no such section fails
-                                     the build, so a page cannot point at a section that is gone;
+  ``[[nb:SLUG#WORDS]]``              a link to the section whose heading contains WORDS (any case) of the
+                                     notebook whose file name contains SLUG: "02 §3, *The split, drawn and
+                                     measured*"; no such section fails the build;
   ``[[test:PATH::NAME]]``            ``NAME`` linked to its line in the repository's PATH; a test that is
-                                     not defined there fails the build (tests/test_article_page.py checks
-                                     the same without building);
-  ``[[repo]]``                       the repository URL, pyproject's [project.urls] Homepage;
-  ``[[version]]``                    mha.__version__, the release the notebooks install.
+                                     not defined there fails the build.
 - Writes the head view demo (docs/head_view_demo.py) to docs/_generated/.
 - Removes the theme's source maps (``*.map``) from the built site: only what a reader needs is published.
 
@@ -29,7 +23,6 @@ Nothing here names a notebook: the series is whatever notebooks/ holds.
 
 from __future__ import annotations
 
-import html
 import importlib
 import importlib.util
 import inspect
@@ -129,70 +122,22 @@ def headings(path: Path) -> list[str]:
     return re.findall(r"^#{2,3} +(.+?) *$", text, flags=re.M)
 
 
-def readme_row(path: Path) -> tuple[str | None, str | None]:
-    """The README's "what you will see" for this notebook (the table row whose notebook cell links to it), and the
-    README's ``###`` heading above that row (its part of the series: the lesson, or going further)."""
-    group = None
-    for row in (ROOT / "README.md").read_text(encoding="utf-8").splitlines():
-        if row.startswith("## "):
-            group = None
-        elif row.startswith("### "):
-            group = row[4:].strip()
-        cells = [c.strip() for c in row.strip().strip("|").split("|")]
-        if row.startswith("|") and len(cells) >= 3 and re.search(rf"notebooks/{re.escape(path.stem)}\.\w+\)", cells[1]):
-            return cells[2], group
-    return None, None
-
-
 def label(docname: str, path: Path) -> str:
     number = re.match(r"(\d+)_", path.name)
     name = title(path)
     return f"{number.group(1)} · {name}" if number else name
 
 
-def cards_html(prefix: str) -> str:
-    """The series as cards (raw HTML: MyST passes it through): each notebook's page and its Colab link, in the parts
-    the README's table of notebooks has (``### The lesson: ...``, ``### Going further: ...``), each under its
-    heading with its notebooks' numbers. A notebook the README does not list yet joins the part before it."""
-    colab = "https://colab.research.google.com/github/" + repo_url().removeprefix("https://github.com/")
-    parts: list[tuple[str | None, list[tuple[str, str]]]] = []
-    for docname, path in sources().items():
-        if docname.startswith("notebooks/solutions/"):
-            continue
-        number = re.match(r"(\d+)_", path.name)
-        line, group = readme_row(path)
-        card = (
-            '<div class="mha-card">'
-            + (f'<span class="mha-card-number">Notebook {number.group(1)}</span>' if number else "")
-            + f'<a class="mha-card-title" href="{prefix}{docname}.html">{html.escape(title(path))}</a>'
-            + (f"<p>{html.escape(line).replace('`', '')}</p>" if line else "<p></p>")
-            + f'<span class="mha-card-links"><a href="{prefix}{docname}.html">Read</a>'
-            + f'<a href="{colab}/blob/main/{path.relative_to(ROOT).as_posix()}">Open in Colab</a></span></div>'
-        )
-        if not parts or (group is not None and group != parts[-1][0]):
-            parts.append((group, []))
-        parts[-1][1].append((number.group(1) if number else "", card))
-    out = []
-    for group, cards in parts:
-        numbers = [n for n, _ in cards if n]
-        if group:
-            join = " and " if len(numbers) == 2 else " to "
-            span = "" if not numbers else f"notebook {numbers[0]}" if len(numbers) == 1 else \
-                f"notebooks {numbers[0]}{join}{numbers[-1]}"
-            out.append(f"\n### {group}" + (f" ({span})" if span else ""))
-        out.append('\n<div class="mha-cards">\n' + "\n".join(c for _, c in cards) + "\n</div>\n")
-    return "\n".join(out)
-
-
 # The API reference, by topic. Names of mha itself are placed here by hand; every public name of mha.plot,
 # mha.exercises and mha.parallel (their __all__) goes to that module's topic. A public name of mha with no topic
-# fails the build, so the page always covers the whole API (tests/test_site.py checks it on the built page).
+# fails the build, so the page always covers the whole API.
 API_TOPICS = {
-    "layer": ["MultiHeadAttention", "ParameterCount", "count_parameters"],
-    "function": ["scaled_dot_product_attention", "split_heads", "merge_heads"],
-    "masks": ["causal_mask", "padding_mask", "as_keep_mask", "to_additive_mask", "to_torch_attn_mask"],
-    "cache": ["KVCache"],
-    "interop": ["from_torch", "to_torch"],
+    "layer": ["MultiHeadAttention", "count_parameters", "ParameterCount"],
+    "function": ["scaled_dot_product_attention"],
+    "masks": ["causal_mask", "padding_mask", "as_keep_mask"],
+    "efficient": ["GroupedQueryAttention", "KVCache"],
+    "heads": ["split_heads", "merge_heads", "project"],
+    "interop": ["from_torch", "to_torch", "to_torch_attn_mask", "to_additive_mask"],
     "plotting": "mha.plot",
     "exercises": "mha.exercises",
     "parallel": "mha.parallel",
@@ -236,7 +181,7 @@ def api_rst(topic: str) -> str:
         if inspect.isclass(obj):
             lines.append(f".. autoclass:: {dotted}")
             if not issubclass(obj, tuple):  # a named tuple's members are its fields, which the docstring gives
-                # mha's own base classes' members too (MultiHeadAttention.from_heads), not those of nn.Module
+                # mha's own base classes' members too (GroupedQueryAttention's from MultiHeadAttention), not nn.Module's
                 lines += ["   :members:", "   :inherited-members: Module"]
         elif callable(obj):
             lines.append(f".. autofunction:: {dotted}")
@@ -261,10 +206,6 @@ def data_doc(module: str, name: str) -> str:
     raise ConfigError(f"{module}.{name} is public data without a `#:` comment above its assignment: write one")
 
 
-def version() -> str:
-    return re.search(r'__version__ = "([^"]+)"', (ROOT / "mha" / "__init__.py").read_text()).group(1)
-
-
 def slug_id(heading: str) -> str:
     """The anchor MyST gives a heading (myst_heading_anchors), for links to a notebook's section."""
     text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
@@ -286,13 +227,6 @@ def exercises_markdown(prefix: str) -> str:
     else:
         text += "\n\nSolutions notebooks (in `notebooks/solutions/`) will be listed here once they exist."
     return text
-
-
-def notebook_link(slug: str, prefix: str) -> str:
-    for docname, path in sources().items():
-        if slug in path.stem and not docname.startswith("notebooks/solutions/"):
-            return f"[{label(docname, path)}]({prefix}{docname}.ipynb)"
-    return f'the notebook on {slug.replace("_", " ")} (coming soon)'
 
 
 def section_link(slug: str, words: str, prefix: str) -> str:
@@ -339,14 +273,10 @@ def fill_placeholders(app: Sphinx, docname: str, source: list[str]) -> None:
         return
     prefix = "../" * docname.count("/")
     text = source[0]
-    text = text.replace("<!-- mha:cards -->", cards_html(prefix))
     text = re.sub(r"<!-- mha:api (\w+) -->", lambda m: api_rst(m.group(1)), text)
     text = text.replace("<!-- mha:exercises -->", exercises_markdown(prefix))
     text = re.sub(r"\[\[nb:(\w+)#([^\]]+)\]\]", lambda m: section_link(m.group(1), m.group(2), prefix), text)
-    text = re.sub(r"\[\[nb:(\w+)\]\]", lambda m: notebook_link(m.group(1), prefix), text)
     text = re.sub(r"\[\[test:([\w/.]+)::(\w+)\]\]", lambda m: named_test_link(m.group(1), m.group(2)), text)
-    text = text.replace("[[repo]]", repo_url())
-    text = text.replace("[[version]]", version())
     source[0] = text
 
 
@@ -376,7 +306,7 @@ def always_reread(app, env, added, changed, removed):
         if docname.startswith("notebooks/"):
             continue
         text = Path(env.doc2path(docname)).read_text(encoding="utf-8")
-        if "<!-- mha:" in text or "[[" in text:
+        if "<!-- mha:" in text or "[[" in text:  # a placeholder
             generated.append(docname)
     return generated
 
