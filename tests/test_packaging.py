@@ -163,7 +163,7 @@ def test_sdist_and_wheel_pass_twine_check_strict(dist):
 
 
 @pytest.mark.slow
-def test_the_wheel_holds_the_package_under_5_mb_and_the_sdist_builds_it_without_tests(dist):
+def test_the_wheel_holds_the_package_under_6_mb_and_the_sdist_builds_it_without_tests(dist):
     sdist, wheel = dist
     assert sdist.name == f"mha-{VERSION}.tar.gz" and wheel.name == f"mha-{VERSION}-py3-none-any.whl"
     tracked = subprocess.run(["git", "ls-files", "mha"], cwd=ROOT, capture_output=True, text=True, check=True)
@@ -171,8 +171,8 @@ def test_the_wheel_holds_the_package_under_5_mb_and_the_sdist_builds_it_without_
     with zipfile.ZipFile(wheel) as z:
         shipped = {n for n in z.namelist() if not n.startswith(f"mha-{VERSION}.dist-info/")}
     assert shipped == package  # every module and data file of the package, and nothing else
-    # Notebook 06's text, labels and three models' weights ship in it (mha/data/english/, about 3.7 MB).
-    assert wheel.stat().st_size < 5_000_000, wheel.stat().st_size
+    # Notebook 06's text, labels, scores and six models' weights ship in it: issue 32's bound (measured 5.58 MB).
+    assert wheel.stat().st_size < 6_000_000, wheel.stat().st_size
     with tarfile.open(sdist) as t:
         names = {n.split("/", 1)[1] for n in t.getnames() if "/" in n}
     assert package <= names and {"LICENSE", "README.md", "CHANGELOG.md", "CITATION.cff", "pyproject.toml"} <= names
