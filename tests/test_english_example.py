@@ -45,3 +45,29 @@ def test_no_such_sentence_is_refused_naming_the_patterns():
     with pytest.raises(ValueError, match=r"no sentence of 10 to 11 words in the first 1 windows .*'verb -> its "):
         example.sentence(TEXT, LABELS, ["verb -> its auxiliary", "object -> its preposition"], windows=1,
                          words=(10, 11))
+
+
+def test_the_picture_adds_the_words_before_the_sentence_so_each_row_sums_to_one():
+    """plot_sentence's first column is the weight on the words before the sentence: each drawn row sums to 1, and
+    the orange boxes are the found patterns' cells in the sentence, shifted by that column."""
+    import matplotlib
+    import matplotlib.pyplot as plt
+
+    matplotlib.use("Agg")
+    import torch
+
+    n, lo, hi = example.sentence(TEXT, LABELS, ["previous word", "verb -> its auxiliary"], windows=8)
+    w = torch.softmax(torch.randn(2, hi - lo, 128, generator=torch.Generator().manual_seed(0)), dim=-1)
+    w = w * (torch.arange(128) < torch.arange(lo, hi)[:, None] + 1)  # causal: a word sees itself and what is before
+    w = w / w.sum(-1, keepdim=True)
+    found = {0: ["previous word"], 1: ["copying (induction)"]}
+    fig = example.plot_sentence(w, TEXT, LABELS, found, n, lo, hi)
+    first = fig.axes[0]
+    drawn = torch.tensor(first.images[0].get_array().data)
+    assert torch.allclose(drawn.sum(-1), torch.ones(hi - lo, dtype=drawn.dtype), atol=1e-6)
+    boxes = sorted((int(p.get_y() + 0.5), int(p.get_x() + 0.5)) for p in first.patches)
+    assert boxes == sorted((q, k + 1) for q, k in example.cells(LABELS, "previous word", n, lo, hi))
+    assert fig.axes[1].get_title() == "head 1: copying (not here)" and not fig.axes[1].patches
+    with pytest.raises(ValueError, match=r"weights must be \(h, T, context\)"):
+        example.plot_sentence(w[:, :, :64], TEXT, LABELS, found, n, lo, hi)
+    plt.close(fig)

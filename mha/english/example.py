@@ -58,3 +58,53 @@ def sentence(text: Labelled, labels: dict, patterns, windows: int, context: int 
             return n, lo, lo + b - a
     raise ValueError(f"no sentence of {words[0]} to {words[1]} words in the first {windows} windows holds all of "
                      f"{asked}: pass more windows or other words=(least, most)")
+
+
+def plot_sentence(weights, text: Labelled, labels: dict, found: dict, window: int, lo: int, hi: int,
+                  context: int = 128):
+    """Notebook 02's picture: each head's weights from the sentence's words, with the patterns it is found for.
+
+    Args:
+        weights: (h, T, context) tensor, one layer's attention weights from the sentence's T = ``hi - lo`` queries
+            (words ``lo`` to ``hi - 1`` of ``window``) to every key of that window.
+        text, labels, found, window, lo, hi: as for :func:`sentence` and :func:`found_patterns`.
+
+    The first key column, "(earlier)", is the weight on every word before the sentence, so each row adds up to 1.
+    A found pattern's cells in the sentence are outlined in orange; a found pattern with no cell here (copying,
+    which needs a repeated passage) is named with "(not here)".
+
+    Returns:
+        The matplotlib Figure, a 2 × ceil(h / 2) grid of heatmaps sharing one colour bar.
+
+    Raises:
+        ValueError: ``weights`` is not (h, T, context) for the sentence's T words.
+    """
+    import matplotlib.pyplot as plt
+    import torch
+    from matplotlib.patches import Rectangle
+
+    from ..plot.labels import AS_WRITTEN, label
+
+    h, T = weights.shape[0], hi - lo
+    if tuple(weights.shape[1:]) != (T, context):
+        raise ValueError(f"weights must be (h, T, context) = (h, {T}, {context}) for words {lo} to {hi - 1}; "
+                         f"got {tuple(weights.shape)}: pass the layer's weights [..., lo:hi, :] for one window")
+    earlier = weights[..., :lo].sum(-1, keepdim=True)  # (h, T, 1): every word before the sentence, one column
+    shown = torch.cat([earlier, weights[..., lo:hi]], dim=-1).detach().float()  # (h, T, 1 + T)
+    words = [label(w) for w in text.words[window * context + lo : window * context + hi]]
+    fig, axes = plt.subplots(2, (h + 1) // 2, figsize=(6.2, 7.6), sharex=True, sharey=True, constrained_layout=True)
+    for head, ax in zip(range(h), axes.flat):
+        image = ax.imshow(shown[head].numpy(), cmap="viridis", vmin=0, vmax=float(shown.max()))
+        named = []
+        for name in found[head]:
+            here = cells(labels, name, window, lo, hi)
+            for q, k in here:
+                ax.add_patch(Rectangle((k + 1 - 0.5, q - 0.5), 1, 1, fill=False, ec="#D55E00", lw=2))
+            named.append(name.replace(" -> ", " → ").replace(" (induction)", "") + ("" if here else " (not here)"))
+        ax.set_title(f"head {head}: " + ("\n".join(named) or "no pattern found"), fontsize=12, **AS_WRITTEN)
+        ax.set_xticks(range(T + 1), ["(earlier)", *words], rotation=90, fontsize=12, **AS_WRITTEN)
+        ax.set_yticks(range(T), words, fontsize=12, **AS_WRITTEN)
+        ax.set_xlabel("key" if ax.get_subplotspec().is_last_row() else "", fontsize=12)
+        ax.set_ylabel("query" if ax.get_subplotspec().is_first_col() else "", fontsize=12)
+    fig.colorbar(image, ax=axes, orientation="horizontal", shrink=0.7, label="weight (orange: a pattern found)")
+    return fig
