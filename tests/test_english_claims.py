@@ -249,18 +249,32 @@ def test_the_previous_word_head_forms_first_and_the_copying_head_late():
     assert all(step > first[str(s)] for s, step in copying.items())
     steps, seeds = listed([f"{step:,}" for step in copying.values()]), listed(list(map(str, copying)))
     assert f"from step {steps} in seeds {seeds}" in said
-    assert f"stays low ({listed([r for r in runs if saving(r) < 0.02])}) save less than 0.02 nats" in said
+    low = listed([r for r in runs if saving(r) < 0.02])
+    assert f"stays low ({low}, section 6's table) save less than 0.02 nats" in said
     # the notebook's printed table of these steps
     table = report.first_passes(SHIPPED, english.forming_scores(), ["previous word", "copying (induction)"])
     for row, name in zip(table.splitlines()[2:], ["previous word", "copying (induction)"]):
         assert row.split()[-N:] == [f"{passes_from(r, name) or '-'}" for r in runs], name
 
 
-def test_the_verdict_tables_count_what_ships():
-    summary = report.verdicts(SHIPPED).splitlines()[-len(PATTERNS):]
-    for row, name in zip(summary, PATTERNS):
-        assert row.startswith(name) and row.split()[-3:] == [str(count(name)), "of", str(N)], row
-        assert row[36:].split()[:3] == [str(count(name, "by_base")), "of", str(N)], row
+def test_the_verdict_table_marks_each_seed_and_counts_what_ships():
+    rows = report.verdicts(SHIPPED).splitlines()[2 : 2 + len(PATTERNS)]
+    for row, name in zip(rows, PATTERNS):
+        marks, (by_base, by_control, both) = row[36:].split()[:N], row[36:].split()[N : N + 3]
+        assert row.startswith(name) and [m[0] in "bu" for m in marks] == [v["by_base"] for v in VERDICTS[name]], row
+        assert (by_base, both) == (str(count(name, "by_base")), str(count(name))), row
+        assert by_control == ("-" if name in measure.DISTANCES else str(count(name, "by_control"))), row
+
+
+def test_the_copying_heads_bar_is_printed_to_three_decimals_where_seeds_fall_close_to_it():
+    rows = report.readings(SHIPPED).splitlines()[2:]
+    for row, run in zip(rows, RUNS):
+        v = RUNS[run]["verdicts"]["copying (induction)"]
+        weight, bar = map(float, row.split()[-2:])
+        assert abs(weight - v["raw"]) < 6e-4 and (v["raw"] >= report.bar(v)) == v["found"], row
+        assert measure.passes(report.bar(v), v["base"]) and measure.passes(report.bar(v) + 1e-9, v["control"])
+    v6 = VERDICTS["copying (induction)"][6]
+    assert not v6["found"] and f"seed 6's misses it by {report.bar(v6) - v6['raw']:.3f}" in prose()
 
 
 def test_without_repeats_one_verdict_besides_copying_changes():
@@ -269,3 +283,18 @@ def test_without_repeats_one_verdict_besides_copying_changes():
     assert changed == ["noun -> its determiner"] and without[changed[0]]["found"]
     assert len(PATTERNS) - 1 == 12 and "Of the other twelve verdicts, one changes: without repeats a determiner" in said
     assert "found" in report.with_and_without(SHIPPED).splitlines()[2 + list(PATTERNS).index(changed[0])].split()[-1]
+
+
+def test_the_forming_figure_draws_each_seeds_chosen_head_and_ends_where_the_final_scores_are():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig = report.plot_forming(SHIPPED, english.forming_scores(), [("previous word", "previous word")])
+    first, saving_panel = fig.axes[:2]
+    bold = first.lines[N]  # after the ten seeds' thin lines: their median
+    finals = [v["raw"] for v in VERDICTS["previous word"]]
+    assert len(fig.axes) == 2 and abs(bold.get_ydata()[-1] - median(finals)) < 1e-3
+    assert [line.get_label() for line in saving_panel.lines][-2] == "seed 0 trained without repeats"
+    plt.close(fig)

@@ -1,5 +1,5 @@
-"""Notebook 06's printed tables, made from the scores that ship, so that the chapter shows the evidence and not the
-code that lays it out. Each function returns the table as text; the notebook prints it.
+"""Notebook 06's printed tables and its figure of heads forming, made from the scores that ship, so that the chapter
+shows the evidence and not the code that lays it out. Each function returns the table as text; the notebook prints it.
 
 The runs are the ten seeds (``"0"`` to ``"9"``) and the control run trained without repeated passages
 (``"seed0_norepeat"``). ``tests/test_english_claims.py`` checks the tables against ``scores.json`` and
@@ -53,47 +53,57 @@ def patterns(score: dict) -> str:
     return "\n".join(rows)
 
 
-def _cell(run: dict, name: str) -> str:
-    v, (layer, head) = run["verdicts"][name], run["chosen"][name]
-    control = "  -  " if v["control"] is None else f"{v['control']:.2f}"
-    marks = ("b" if v["by_base"] else ".") + ("" if v["by_control"] is None else "c" if v["by_control"] else ".")
-    return f"L{layer}.h{head} {v['raw']:.2f} {v['base']:.2f} {control} {marks:<2}"
+def _mark(v: dict, name: str) -> str:
+    """One seed's verdict on one pattern: u (a distance pattern passes against uniform), or b and c (passes against
+    the baseline, the control), '.' where it fails."""
+    if name in measure.DISTANCES:
+        return "u" if v["by_base"] else "."
+    return ("b" if v["by_base"] else ".") + ("" if v["by_control"] is None else "c" if v["by_control"] else ".")
+
+
+def _median(values: list) -> float:
+    return sorted(values)[(len(values) - 1) // 2]  # the lower middle of an even count, as torch.median gives it
 
 
 def verdicts(shipped: dict) -> str:
-    """Per seed and pattern, the chosen head's numbers and verdicts, five seeds a block; then, per pattern, in how
-    many seeds it is found against the baseline, the control and both."""
-    seeds, rows = list(shipped["seeds"]), []
-    for group in (seeds[:5], seeds[5:]):
-        rows.append(f"{'pattern':<36}" + "".join(f"  {f'seed {s}':<23}" for s in group))
-        rows += [f"{name:<36}" + "".join(f"  {_cell(shipped['seeds'][s], name):<23}" for s in group)
-                 for name in measure.PATTERNS]
-        rows.append("")
-    rows += ["each cell: the head chosen on 1 Samuel, then on 2 Samuel its weight on the key, the baseline "
-             "(uniform for a distance) and the control;",
-             "b: passes the bar against the baseline, c: against the control, "
-             "'.': does not", "",
-             f"{'pattern':<36} {'found against the baseline':>27} {'against the control':>20} "
-             f"{'against both':>13}"]
-    n = len(seeds)
+    """Per pattern: each seed's verdict on its chosen head (:func:`_mark`); in how many seeds it passes against
+    the baseline (or uniform), the control and both; and the median over seeds of the chosen head's weight on the
+    key, the baseline (uniform for a distance) and the control."""
+    seeds = list(shipped["seeds"])
+    rows = [f"{'':<36}{'seed (verdict of its chosen head)':<{4 * len(seeds)}}   seeds passing       median",
+            f"{'pattern':<36}" + "".join(f"{s:<4}" for s in seeds) + f"{'b':>4}{'c':>4}{'both':>6}   "
+            f"{'key':>5}{'base':>6}{'ctrl':>6}"]
     for name in measure.PATTERNS:
         vs = [shipped["seeds"][s]["verdicts"][name] for s in seeds]
-        by_control = "-" if vs[0]["control"] is None else f"{sum(v['by_control'] for v in vs)} of {n}"
-        rows.append(f"{name:<36} {sum(v['by_base'] for v in vs):>20} of {n} {by_control:>20} "
-                    f"{sum(v['found'] for v in vs):>8} of {n}")
+        has_control = vs[0]["control"] is not None
+        by_control = f"{sum(v['by_control'] for v in vs)}" if has_control else "-"
+        control = f"{_median([v['control'] for v in vs]):.2f}" if has_control else "-"
+        rows.append(f"{name:<36}" + "".join(f"{_mark(v, name):<4}" for v in vs)
+                    + f"{sum(v['by_base'] for v in vs):>4}{by_control:>4}{sum(v['found'] for v in vs):>6}   "
+                    f"{_median([v['raw'] for v in vs]):>5.2f}{_median([v['base'] for v in vs]):>6.2f}{control:>6}")
+    rows += ["", "b: the chosen head passes the bar against the same-distance baseline; c: against the same-class",
+             "control; '.': it does not; u: a distance pattern passes against uniform attention, its one comparison",
+             "(counted under b and both)"]
     return "\n".join(rows)
 
 
+def bar(v: dict) -> float:
+    """The least weight on the key that passes :func:`measure.passes` against both of a verdict's comparisons."""
+    return max(max(measure.TIMES * a, a + measure.ABOVE) for a in (v["base"], v["control"]) if a is not None)
+
+
 def readings(shipped: dict) -> str:
-    """Each run's loss on the first and second reading of a passage and after natural context, and the savings."""
-    rows = [f"{'seed':<14} {'first reading':>13} {'second':>7} {'after natural context':>22}   "
-            "second reading cheaper by:",
-            f"{'':<14} {'':>13} {'':>7} {'':>22}   {'than the first':>14} {'than natural context':>21}"]
+    """Each run's loss on the first and second reading of a passage and after natural context, the savings, and
+    its chosen copying head's weight on the copy target against the bar (three decimals: seeds fall close to it)."""
+    rows = [f"{'seed':<14} {'first reading':>13} {'second':>7} {'after natural':>14}   second reading cheaper:"
+            "   copying head:",
+            f"{'':<14} {'':>13} {'':>7} {'context':>14}   {'than first':>10} {'than natural':>12}"
+            f"   {'weight':>7} {'bar':>6}"]
     for run, r in runs(shipped).items():
-        loss = r["score_losses"]
+        loss, v = r["score_losses"], r["verdicts"]["copying (induction)"]
         rows.append(f"{run_name(run):<14} {loss['first_reading']:>13.2f} {loss['second_reading']:>7.2f} "
-                    f"{loss['natural_context']:>22.2f}   {loss['first_reading'] - loss['second_reading']:>14.2f} "
-                    f"{loss['natural_context'] - loss['second_reading']:>21.2f}")
+                    f"{loss['natural_context']:>14.2f}   {loss['first_reading'] - loss['second_reading']:>10.2f} "
+                    f"{loss['natural_context'] - loss['second_reading']:>12.2f}   {v['raw']:>7.3f} {bar(v):>6.3f}")
     return "\n".join(rows)
 
 
@@ -134,3 +144,58 @@ def with_and_without(shipped: dict) -> str:
             f"{'':<36} {'(the chosen head: raw / baseline / control, found?)':>53}"]
     rows += [f"{name:<36} {_scores(with_[name]):>26} {_scores(without[name]):>26}" for name in measure.PATTERNS]
     return "\n".join(rows)
+
+
+# Okabe-Ito, a palette colour-blind readers can tell apart
+BLUE, ORANGE, GREEN, VERMILION, GREY = "#0072B2", "#E69F00", "#009E73", "#D55E00", "#999999"
+
+
+def plot_forming(shipped: dict, forming: dict, panels):
+    """Notebook 06's figure of heads forming: one panel per ``(pattern, title)`` of ``panels``, then the second
+    reading's saving, each against the training step.
+
+    In a pattern's panel: each seed's finally chosen head's weight on the key at every checkpoint (thin) and their
+    median (bold), with the median same-distance baseline (dashed) and same-class control (dash-dot), or uniform
+    attention (dotted) for a distance pattern. In the last: nats a word the second reading saves against natural
+    context, each seed, their median, and the run without repeated passages (black, dashed).
+
+    Returns:
+        The matplotlib Figure.
+    """
+    import matplotlib.pyplot as plt
+    import torch
+
+    seeds, steps = list(shipped["seeds"]), forming["runs"]["0"]["steps"]
+    fig, axes = plt.subplots(len(panels) + 1, 1, figsize=(6, 3 * (len(panels) + 1)), sharex=True, layout="constrained")
+    for ax, (name, title) in zip(axes, panels):
+        heads = {s: shipped["seeds"][s]["chosen"][name] for s in seeds}  # each seed's head, chosen at the end
+        raws = torch.tensor([at_steps(forming, s, name, "raw", heads[s]) for s in seeds])  # (seeds, checkpoints)
+        ax.plot(steps, raws.T, color=ORANGE, lw=0.8, alpha=0.6)
+        ax.plot(steps, raws.median(0).values, color=VERMILION, lw=2.4,
+                label="weight on the key: each seed, and the median")
+        if name in measure.DISTANCES:
+            uniform = forming["runs"]["0"]["scores"][name]["uniform"]
+            ax.axhline(uniform, color=GREY, ls=":", lw=2, label="uniform attention")
+        else:
+            for kind, colour, ls, label in (("base", BLUE, "--", "same-distance baseline (median)"),
+                                            ("control", GREEN, "-.", "same-class control (median)")):
+                median = torch.tensor([at_steps(forming, s, name, kind, heads[s]) for s in seeds]).median(0).values
+                ax.plot(steps, median, color=colour, ls=ls, lw=2, label=label)
+        ax.set_title(title)
+        ax.set_ylabel("attention weight")
+        ax.set_ylim(0, None)
+    handles = {label: h for ax in axes[:-1] for h, label in zip(*ax.get_legend_handles_labels())}
+    fig.legend(handles.values(), handles.keys(), loc="outside upper center", ncols=1)
+    ax = axes[-1]
+    losses = {s: forming["runs"][s]["losses"] for s in [*seeds, "seed0_norepeat"]}
+    saved = {s: torch.tensor(x["natural_context"]) - torch.tensor(x["second_reading"]) for s, x in losses.items()}
+    ax.plot(steps, torch.stack([saved[s] for s in seeds]).T, color=ORANGE, lw=0.8, alpha=0.6)
+    ax.plot(steps, torch.stack([saved[s] for s in seeds]).median(0).values, color=VERMILION, lw=2.4,
+            label="each seed, and the median")
+    ax.plot(steps, saved["seed0_norepeat"], color="black", lw=2, ls="--", label="seed 0 trained without repeats")
+    ax.axhline(0, color=GREY, lw=1)
+    ax.set_title("second reading: nats saved against natural context")
+    ax.set_ylabel("nats")
+    ax.set_xlabel("training step (16 windows of 128 words)")
+    ax.legend(loc="upper left")
+    return fig
