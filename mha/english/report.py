@@ -8,6 +8,8 @@ The runs are the ten seeds (``"0"`` to ``"9"``) and the control run trained with
 
 from __future__ import annotations
 
+import math
+
 from . import measure
 
 CONVERGED = 0.02  # nats: a run "converged" over a stretch of steps if its loss on 2 Samuel moved by less than this
@@ -42,6 +44,32 @@ def convergence(shipped: dict, forming: dict, shipping: tuple[int, ...]) -> str:
     return "\n".join(rows)
 
 
+def training(shipped: dict, n_tokens: int) -> str:
+    """How every run was trained, three lines: its steps, batch and window (from each run's record in ``shipped``
+    and the model's config), how many times each of the ``n_tokens`` training tokens was seen on average; the
+    learning rate's warm-up and cosine, as :func:`mha.english.train.lr_at` gives them for the recorded lr and floor;
+    and the loss of guessing uniformly over the vocabulary, ln(vocab_size).
+
+    Raises:
+        ValueError: the runs were not all trained with the same steps, batch, learning rate and floor (names them).
+    """
+    from .train import lr_at
+
+    kept = ("steps", "batch", "lr", "lr_floor")
+    settings = {run: tuple(r["training"][k] for k in kept) for run, r in runs(shipped).items()}
+    if len(set(settings.values())) != 1:
+        raise ValueError(f"the runs were not trained alike ({', '.join(kept)}): {settings}")
+    steps, batch, lr, floor = next(iter(settings.values()))
+    context, vocab = shipped["config"]["context"], shipped["config"]["vocab_size"]
+    warmup = next(s for s in range(steps) if math.isclose(lr_at(s, steps, lr, floor=floor), lr)) + 1
+    return "\n".join([
+        f"every run: {steps:,} steps of AdamW on {batch} windows of {context} tokens (each training token seen "
+        f"{steps * batch * context / n_tokens:.0f} times)",
+        f"learning rate: up to {lr:g} over the first {warmup} steps, then a cosine down to "
+        f"{lr_at(steps, steps, lr, floor=floor):.0e} at step {steps:,}",
+        f"guessing uniformly among the vocabulary's {vocab:,} words costs ln {vocab:,} = {math.log(vocab):.2f} nats"])
+
+
 def patterns(score: dict) -> str:
     """Each pattern of :data:`measure.PATTERNS`: its viewpoint, its pairs (and those with a control) and uniform,
     from one run's ``{pattern: Score}`` on one book."""
@@ -67,12 +95,13 @@ def _median(values: list) -> float:
 
 def verdicts(shipped: dict) -> str:
     """Per pattern: each seed's verdict on its chosen head (:func:`_mark`); in how many seeds it passes against
-    the baseline (or uniform), the control and both; and the median over seeds of the chosen head's weight on the
-    key, the baseline (uniform for a distance) and the control."""
+    the baseline (or uniform), the control and both; the median over seeds of the chosen head's weight on the
+    key, the baseline (uniform for a distance) and the control; and the largest of the chosen heads' weights on
+    the key."""
     seeds = list(shipped["seeds"])
-    rows = [f"{'':<36}{'seed (verdict of its chosen head)':<{4 * len(seeds)}}   seeds passing       median",
+    rows = [f"{'':<36}{'seed (verdict of its chosen head)':<{4 * len(seeds)}}   seeds passing       median         max",
             f"{'pattern':<36}" + "".join(f"{s:<4}" for s in seeds) + f"{'b':>4}{'c':>4}{'both':>6}   "
-            f"{'key':>5}{'base':>6}{'ctrl':>6}"]
+            f"{'key':>5}{'base':>6}{'ctrl':>6}{'key':>7}"]
     for name in measure.PATTERNS:
         vs = [shipped["seeds"][s]["verdicts"][name] for s in seeds]
         has_control = vs[0]["control"] is not None
@@ -80,10 +109,12 @@ def verdicts(shipped: dict) -> str:
         control = f"{_median([v['control'] for v in vs]):.2f}" if has_control else "-"
         rows.append(f"{name:<36}" + "".join(f"{_mark(v, name):<4}" for v in vs)
                     + f"{sum(v['by_base'] for v in vs):>4}{by_control:>4}{sum(v['found'] for v in vs):>6}   "
-                    f"{_median([v['raw'] for v in vs]):>5.2f}{_median([v['base'] for v in vs]):>6.2f}{control:>6}")
+                    f"{_median([v['raw'] for v in vs]):>5.2f}{_median([v['base'] for v in vs]):>6.2f}{control:>6}"
+                    f"{max(v['raw'] for v in vs):>7.2f}")
     rows += ["", "b: the chosen head passes the bar against the same-distance baseline; c: against the same-class",
              "control; '.': it does not; u: a distance pattern passes against uniform attention, its one comparison",
-             "(counted under b and both)"]
+             "(counted under b and both), which its 'base' column shows; max key: the most weight any seed's chosen",
+             "head puts on the key"]
     return "\n".join(rows)
 
 
