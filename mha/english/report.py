@@ -47,13 +47,14 @@ def convergence(shipped: dict, forming: dict, shipping: tuple[int, ...]) -> str:
 def training(shipped: dict, n_tokens: int) -> str:
     """How every run was trained, three lines: its steps, batch and window (from each run's record in ``shipped``
     and the model's config), how many times each of the ``n_tokens`` training tokens was seen on average; the
-    learning rate's warm-up and cosine, as :func:`mha.english.train.lr_at` gives them for the recorded lr and floor;
+    learning rate's warm-up (:data:`mha.english.train.WARMUP` steps) and cosine, as :func:`mha.english.train.lr_at`
+    gives them for the recorded lr and floor;
     and the loss of guessing uniformly over the vocabulary, ln(vocab_size).
 
     Raises:
         ValueError: the runs were not all trained with the same steps, batch, learning rate and floor (names them).
     """
-    from .train import lr_at
+    from .train import WARMUP, lr_at
 
     kept = ("steps", "batch", "lr", "lr_floor")
     settings = {run: tuple(r["training"][k] for k in kept) for run, r in runs(shipped).items()}
@@ -61,11 +62,10 @@ def training(shipped: dict, n_tokens: int) -> str:
         raise ValueError(f"the runs were not trained alike ({', '.join(kept)}): {settings}")
     steps, batch, lr, floor = next(iter(settings.values()))
     context, vocab = shipped["config"]["context"], shipped["config"]["vocab_size"]
-    warmup = next(s for s in range(steps) if math.isclose(lr_at(s, steps, lr, floor=floor), lr)) + 1
     return "\n".join([
         f"every run: {steps:,} steps of AdamW on {batch} windows of {context} tokens (each training token seen "
         f"{steps * batch * context / n_tokens:.0f} times)",
-        f"learning rate: up to {lr:g} over the first {warmup} steps, then a cosine down to "
+        f"learning rate: up to {lr:g} over the first {WARMUP} steps, then a cosine down to "
         f"{lr_at(steps, steps, lr, floor=floor):.0e} at step {steps:,}",
         f"guessing uniformly among the vocabulary's {vocab:,} words costs ln {vocab:,} = {math.log(vocab):.2f} nats"])
 

@@ -34,7 +34,10 @@ def batch(ids: torch.Tensor, size: int, context: int, g: torch.Generator, repeat
     return chunks[:, :-1], chunks[:, 1:]
 
 
-def lr_at(step: int, steps: int, lr: float, warmup: int = 100, floor: float = 0.1) -> float:
+WARMUP = 100  # steps of linear warm-up; train() uses it as it is
+
+
+def lr_at(step: int, steps: int, lr: float, warmup: int = WARMUP, floor: float = 0.1) -> float:
     """Linear warm-up over ``warmup`` steps, then a cosine from lr down to ``floor * lr`` at ``steps``."""
     if step < warmup:
         return lr * (step + 1) / warmup
